@@ -1,0 +1,54 @@
+"""The guest's kernel artifacts: checked before any guest starts."""
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from lab.virt import LabError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DIR = os.path.join(REPO, "build", "out")
+BASELINE_DIR = os.path.join(REPO, "build", "baseline", "out")
+
+
+@dataclass
+class Artifacts:
+    directory: str
+    kernel: str
+    initrd: str
+    manifest: dict = field(default_factory=dict)
+    modules: list = field(default_factory=list)
+
+
+def find(directory=DEFAULT_DIR):
+    """Artifacts in `directory` (build/out or build/baseline/out); LabError
+    naming what is missing and the command that makes it."""
+    directory = os.path.abspath(directory)
+    baseline = os.path.realpath(directory) == os.path.realpath(BASELINE_DIR)
+    build_kernel = "kernel/build --baseline" if baseline else "kernel/build"
+    build_initrd = ("lab/build-initramfs --baseline" if baseline
+                    else "lab/build-initramfs" if os.path.realpath(directory) == os.path.realpath(DEFAULT_DIR)
+                    else f"lab/build-initramfs {directory}")
+    kernel = os.path.join(directory, "bzImage")
+    initrd = os.path.join(directory, "initramfs.cpio.gz")
+    missing = []
+    if not os.path.isfile(kernel):
+        missing.append(f"{kernel} (build it with {build_kernel})")
+    if not os.path.isfile(initrd):
+        missing.append(f"{initrd} (build it with {build_initrd})")
+    if missing:
+        raise LabError("missing kernel artifacts: " + "; ".join(missing))
+    manifest = {}
+    manifest_path = os.path.join(directory, "manifest.json")
+    if os.path.isfile(manifest_path):
+        try:
+            with open(manifest_path) as source:
+                manifest = json.load(source)
+        except ValueError as error:
+            raise LabError(f"{manifest_path} is not valid JSON: {error}") from None
+    modules_dir = os.path.join(directory, "modules")
+    modules = sorted(name for name in os.listdir(modules_dir) if name.endswith(".ko")) \
+        if os.path.isdir(modules_dir) else []
+    if os.path.getmtime(initrd) < max([os.path.getmtime(os.path.join(modules_dir, m)) for m in modules] or [0]):
+        raise LabError(f"{initrd} is older than the modules in {modules_dir}: rebuild it with {build_initrd}")
+    return Artifacts(directory, kernel, initrd, manifest, modules)

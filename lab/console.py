@@ -1,0 +1,65 @@
+"""Serial console text: cutting out one cycle's lines and spotting trouble.
+
+The console is evidence, not the clock (timing comes from the trace buffer).
+It is the one record that survives everything: with no_console_suspend the
+kernel prints up to the moment the guest sleeps or dies, and lines printed
+between a hibernation snapshot and the power-off are only here.
+"""
+
+import re
+
+TIMESTAMP = re.compile(r"^\[\s*\d+\.\d+\] ")
+
+# Written to /dev/kmsg by guest/pmlab-cycle around the write to /sys/power/state.
+BEGIN = "pmlab: cycle {cycle} begin"
+END = "pmlab: cycle {cycle} end"
+
+# pm_pr_dbg() in s2idle_loop(): the guest is about to idle in s2idle. Pressing
+# the power button earlier would abort the suspend instead of waking it.
+S2IDLE_ENTERED = "PM: suspend-to-idle"
+
+# Lines that mean the kernel itself reported a problem during the cycle.
+PROBLEMS = re.compile(
+    r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:|"
+    r"PM: Device .* failed to|PM: Some devices failed to|"
+    r"PM: .*returns -\d+|PM: Failed to|Freezing .* failed|"
+    r"PM: Image (?:not found|restoration failed)|PM: hibernation: Failed"
+)
+PANIC = re.compile(r"Kernel panic - not syncing")
+
+
+def lines(text):
+    """Console bytes decoded to lines, without the serial line's CRs."""
+    return [line.rstrip("\r") for line in text.split("\n")]
+
+
+def strip_timestamp(line):
+    return TIMESTAMP.sub("", line)
+
+
+def contains(line, fragment):
+    return fragment in strip_timestamp(line)
+
+
+def cycle_lines(console_lines, cycle):
+    """The lines of one cycle: from its begin marker to its end marker.
+    A cycle that never ended (hang, panic) runs to the end of the console.
+    Markers are matched as whole messages, so cycle 1 does not match 10."""
+    begin, end = BEGIN.format(cycle=cycle), END.format(cycle=cycle)
+    start = None
+    for index, line in enumerate(console_lines):
+        text = strip_timestamp(line)
+        if start is None:
+            if text == begin or text.startswith(begin + " "):
+                start = index
+        elif text == end or text.startswith(end + " "):
+            return console_lines[start:index + 1]
+    return [] if start is None else console_lines[start:]
+
+
+def problems(console_lines):
+    return [line for line in console_lines if PROBLEMS.search(line)]
+
+
+def panicked(console_lines):
+    return any(PANIC.search(line) for line in console_lines)

@@ -1,0 +1,208 @@
+"""One guest: its volumes, its domain, and the console and agent streams.
+
+A guest is booted fresh (new swap disk, nvram reset) and lives until a cycle
+hangs or the run ends. Hibernation in platform mode powers the domain off;
+start_again() brings the same guest (same disk) back so the kernel resumes
+from the image.
+"""
+
+import os
+import threading
+import time
+
+import libvirt
+
+from lab import console as console_text
+from lab import virt
+from lab.guest_agent import Agent, AgentTimeout
+
+BASE_CMDLINE = ("console=ttyS0,115200 no_console_suspend loglevel=8 printk.devkmsg=on "
+                "resume=/dev/vda pmlab.swap=/dev/vda")
+SWAP_BYTES = 1 << 30
+
+
+class ConsoleCapture:
+    """Reads the serial console stream into a local file and a line list.
+    Lines carry the host time they arrived, for waiting on a marker."""
+
+    def __init__(self, path):
+        self.path = path
+        self._file = open(path, "ab")
+        self._lines = []
+        self._partial = b""
+        self._cond = threading.Condition()
+
+    def attach(self, stream):
+        threading.Thread(target=self._read, args=(stream,), name="console-reader", daemon=True).start()
+
+    def _read(self, stream):
+        while True:
+            try:
+                data = stream.recv(65536)
+            except Exception:  # the domain went away
+                data = b""
+            if not isinstance(data, bytes) or not data:
+                return
+            self._file.write(data)
+            self._file.flush()
+            with self._cond:
+                chunks = (self._partial + data).split(b"\n")
+                self._partial = chunks.pop()
+                now = time.time()
+                for chunk in chunks:
+                    self._lines.append((now, chunk.decode("utf-8", "replace").rstrip("\r")))
+                self._cond.notify_all()
+
+    def mark(self):
+        with self._cond:
+            return len(self._lines)
+
+    def lines(self, since=0):
+        with self._cond:
+            lines = [line for _, line in self._lines[since:]]
+            if self._partial:
+                lines.append(self._partial.decode("utf-8", "replace").rstrip("\r"))
+            return lines
+
+    def wait_for(self, fragment, since, timeout, abort=None):
+        """First line after `since` containing `fragment`: (host time, line) or None."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for stamp, line in self._lines[since:]:
+                    if fragment in line:
+                        return stamp, line
+                left = deadline - time.monotonic()
+                if left <= 0 or (abort and abort()):
+                    return None
+                self._cond.wait(min(left, 0.2))
+
+    def close(self):
+        self._file.close()
+
+
+class GuestError(Exception):
+    """The guest could not be booted or reached; carries the console tail."""
+
+
+class Guest:
+    def __init__(self, connection, name, artifacts, console_path, profile="q35-ovmf",
+                 cmdline_extra="", memory_mib=512, vcpus=1):
+        self.connection = connection
+        self.conn = connection.conn
+        self.name = name
+        self.artifacts = artifacts
+        self.profile = profile
+        self.cmdline = f"{BASE_CMDLINE} {cmdline_extra}".strip()
+        self.memory_mib = memory_mib
+        self.vcpus = vcpus
+        self.events = connection.events(name)
+        self.console = ConsoleCapture(console_path)
+        self.agent = Agent()
+        self.dom = None
+        self.xml = None
+        self.boot_id = None
+        self.boots = 0
+        self._volumes = [f"{name}-bzImage", f"{name}-initramfs", f"{name}-swap"]
+        self.pool = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def boot(self, timeout=300):
+        """Upload the artifacts, create the domain and wait for the agent."""
+        self.pool = virt.storage_pool(self.conn)
+        kernel = virt.upload_volume(self.conn, self.pool, self._volumes[0], self.artifacts.kernel)
+        initrd = virt.upload_volume(self.conn, self.pool, self._volumes[1], self.artifacts.initrd)
+        virt.blank_volume(self.pool, self._volumes[2], SWAP_BYTES)
+        self.xml = virt.domain_xml(
+            self.name, self.profile, kernel.path(), initrd.path(), self.cmdline, self._volumes[2],
+            f"/var/log/libvirt/qemu/{self.name}-serial0.log", self.memory_mib, self.vcpus)
+        flags = libvirt.VIR_DOMAIN_START_RESET_NVRAM if virt.PROFILES[self.profile]["loader"] else 0
+        self._create(flags)
+        self.boot_id = self.wait_agent(timeout)
+        return self.boot_id
+
+    def start_again(self):
+        """Start the powered-off domain again (after hibernation, platform mode).
+        Same disk, so the kernel finds the image and resumes from it."""
+        self._create(0)
+
+    def _create(self, flags):
+        """Create the domain paused, attach console and agent streams, then run
+        it: no console line is printed before the lab listens."""
+        self.dom = self.conn.createXML(self.xml, flags | libvirt.VIR_DOMAIN_START_PAUSED)
+        self.boots += 1
+        console_stream = self.conn.newStream(0)
+        self.dom.openConsole(None, console_stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
+        self.console.attach(console_stream)
+        agent_stream = self.conn.newStream(0)
+        self.dom.openChannel(virt.AGENT_CHANNEL, agent_stream, libvirt.VIR_DOMAIN_CHANNEL_FORCE)
+        self.agent.attach(agent_stream)
+        self.dom.resume()
+
+    def wait_agent(self, timeout):
+        """Boot id once the agent answers; GuestError with the console tail if not."""
+        deadline = time.monotonic() + timeout
+        request = self.agent.send("cat /proc/sys/kernel/random/boot_id")
+        try:
+            reply = self.agent.wait(request, max(1, deadline - time.monotonic()),
+                                    abort=lambda: not self.running())
+        except AgentTimeout:
+            state = "running" if self.running() else "not running"
+            raise GuestError(f"guest {self.name} did not answer within {timeout}s of boot "
+                             f"(domain {state}); console tail:\n" +
+                             "\n".join(self.console.lines()[-30:])) from None
+        return reply.output.strip()
+
+    def state(self):
+        """libvirt domain state name: running, pmsuspended, shutoff, ..."""
+        try:
+            state = self.dom.state()[0]
+        except (libvirt.libvirtError, AttributeError):
+            return "shutoff"
+        return {libvirt.VIR_DOMAIN_RUNNING: "running", libvirt.VIR_DOMAIN_PAUSED: "paused",
+                libvirt.VIR_DOMAIN_PMSUSPENDED: "pmsuspended", libvirt.VIR_DOMAIN_SHUTOFF: "shutoff",
+                libvirt.VIR_DOMAIN_SHUTDOWN: "shutdown", libvirt.VIR_DOMAIN_CRASHED: "crashed",
+                libvirt.VIR_DOMAIN_BLOCKED: "blocked"}.get(state, str(state))
+
+    def running(self):
+        return self.state() in ("running", "pmsuspended", "paused", "blocked")
+
+    # -------------------------------------------------------------- wakes
+
+    def pm_wakeup(self):
+        self.dom.pMWakeup(0)
+
+    def press_power_button(self):
+        """ACPI power button (QMP system_powerdown): wakes the guest from s2idle."""
+        self.dom.shutdownFlags(libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN)
+
+    # -------------------------------------------------------------- hangs
+
+    def qemu_state(self):
+        """What QEMU can say about a stuck guest: run state and CPU registers."""
+        import libvirt_qemu
+        out = []
+        for command, flags in (('{"execute":"query-status"}', 0),
+                               ("info registers -a", libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP)):
+            try:
+                out.append(f"## {command}\n{libvirt_qemu.qemuMonitorCommand(self.dom, command, flags)}")
+            except libvirt.libvirtError as error:
+                out.append(f"## {command}\nfailed: {error}")
+        return "\n".join(out)
+
+    def destroy(self):
+        self.agent.detach()
+        if self.dom is not None:
+            try:
+                self.dom.destroy()
+            except libvirt.libvirtError:
+                pass  # already gone
+
+    def close(self):
+        """Destroy the domain and delete its volumes (the console file stays)."""
+        self.destroy()
+        if self.pool is not None:
+            virt.delete_volumes(self.pool, self._volumes)
+        self.connection.forget(self.name)
+        self.console.close()

@@ -1,0 +1,144 @@
+"""Host side of the guest agent protocol (guest/pmlab-agent).
+
+Request  (host -> guest): b"<id> <shell command line>\\n"
+Reply    (guest -> host): b"@pmlab-reply <id> <status> <n>\\n" + n bytes of output
+
+The transport is a libvirt stream on the virtio-serial channel, so it works
+over any libvirt URI. The stream ends when the domain stops (hibernation
+powers it off); attach() a new stream after restart and a reply the guest
+could not send meanwhile arrives on it (the guest's write blocks until a host
+is connected).
+"""
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+HEADER = re.compile(rb"@pmlab-reply (\d+) (-?\d+) (\d+)\n")
+
+
+@dataclass
+class Reply:
+    id: int
+    status: int
+    output: str
+
+
+class ReplyParser:
+    """Incremental parser of the agent's byte stream. Bytes outside a reply
+    (nothing should be there) are kept in `noise` rather than dropped silently."""
+
+    def __init__(self):
+        self._buffer = b""
+        self.noise = b""
+
+    def feed(self, data):
+        """Add bytes; return the replies completed by them."""
+        self._buffer += data
+        replies = []
+        while True:
+            match = HEADER.search(self._buffer)
+            if not match:
+                # Keep a possible partial header at the end of the buffer.
+                cut = self._buffer.rfind(b"@")
+                if cut < 0:
+                    self.noise += self._buffer
+                    self._buffer = b""
+                else:
+                    self.noise += self._buffer[:cut]
+                    self._buffer = self._buffer[cut:]
+                return replies
+            self.noise += self._buffer[:match.start()]
+            size = int(match.group(3))
+            end = match.end() + size
+            if len(self._buffer) < end:
+                self._buffer = self._buffer[match.start():]
+                return replies
+            output = self._buffer[match.end():end].decode("utf-8", "replace")
+            replies.append(Reply(int(match.group(1)), int(match.group(2)), output))
+            self._buffer = self._buffer[end:]
+
+
+def quote(word):
+    """Single-quote one word for the guest's sh."""
+    return "'" + str(word).replace("'", "'\\''") + "'"
+
+
+class AgentTimeout(Exception):
+    pass
+
+
+class Agent:
+    """Send commands to the guest agent and wait for their replies."""
+
+    def __init__(self):
+        self._parser = ReplyParser()
+        self._replies = {}
+        self._cond = threading.Condition()
+        self._stream = None
+        self._next_id = int(time.time()) % 100000 * 1000  # distinct across guest restarts
+        self.connected = False
+
+    def attach(self, stream):
+        """Use a (new) libvirt stream; a reader thread feeds the parser."""
+        with self._cond:
+            self._stream = stream
+            self.connected = True
+        threading.Thread(target=self._read, args=(stream,), name="agent-reader", daemon=True).start()
+
+    def _read(self, stream):
+        while True:
+            try:
+                data = stream.recv(65536)
+            except Exception:  # libvirtError when the domain goes away
+                data = b""
+            if not isinstance(data, bytes) or not data:
+                break
+            with self._cond:
+                for reply in self._parser.feed(data):
+                    self._replies[reply.id] = reply
+                self._cond.notify_all()
+        with self._cond:
+            if self._stream is stream:
+                self.connected = False
+            self._cond.notify_all()
+
+    def send(self, command):
+        """Send a command line; return its id for wait()."""
+        with self._cond:
+            self._next_id += 1
+            request_id = self._next_id
+            stream = self._stream
+        if stream is None:
+            raise ConnectionError("agent channel is not open")
+        data = f"{request_id} {command}\n".encode()
+        while data:
+            sent = stream.send(data)
+            data = data[sent:]
+        return request_id
+
+    def wait(self, request_id, timeout, abort=None):
+        """The reply to `request_id`, or AgentTimeout. `abort()` returning true
+        ends the wait early (also an AgentTimeout)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while request_id not in self._replies:
+                left = deadline - time.monotonic()
+                if left <= 0 or (abort and abort()):
+                    raise AgentTimeout(f"no reply to agent request {request_id} within {timeout:.0f}s")
+                self._cond.wait(min(left, 0.2))
+            return self._replies.pop(request_id)
+
+    def call(self, command, timeout=30):
+        return self.wait(self.send(command), timeout)
+
+    def detach(self):
+        with self._cond:
+            stream, self._stream = self._stream, None
+            self.connected = False
+        if stream is not None:
+            try:
+                stream.abort()
+            except Exception:
+                pass

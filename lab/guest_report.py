@@ -1,0 +1,88 @@
+"""The report guest/pmlab-cycle prints: sections "=== <name>" of text.
+
+  before / after / enter        key=value lines
+  suspend_stats_before/_after   "grep -r ." lines: /sys/power/suspend_stats/<name>:<value>
+  wakeup_sources_before/_after  /sys/class/wakeup/<src>/{name,event_count}:<value>
+  trace                         the trace buffer (lab/trace.py)
+  pmtest_log                    /sys/kernel/debug/pmtest/log (lab/pmtest_log.py)
+  end                           present only if the script ran to its end
+"""
+
+import re
+
+SECTION = re.compile(r"^=== (\w+)$")
+
+
+def sections(text):
+    """{section name: text} in the order printed."""
+    out = {}
+    name = None
+    body = []
+    for line in text.splitlines():
+        match = SECTION.match(line)
+        if match:
+            if name is not None:
+                out[name] = "\n".join(body)
+            name, body = match.group(1), []
+        elif name is not None:
+            body.append(line)
+    if name is not None:
+        out[name] = "\n".join(body)
+    return out
+
+
+def key_values(text):
+    values = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    return values
+
+
+def _path_values(text):
+    """'<path>:<value>' lines (grep output) to {path: value}."""
+    values = {}
+    for line in (text or "").splitlines():
+        path, sep, value = line.partition(":")
+        if sep:
+            values[path] = value.strip()
+    return values
+
+
+def suspend_stats(text):
+    """{stat name: int or str} from /sys/power/suspend_stats/* grep lines."""
+    stats = {}
+    for path, value in _path_values(text).items():
+        name = path.rsplit("/", 1)[-1]
+        stats[name] = int(value) if re.fullmatch(r"-?\d+", value) else value
+    return stats
+
+
+def stats_delta(before, after):
+    """Counters' change over the cycle, plus the last_failed_* values after it
+    when the failure counters moved (otherwise they describe an older cycle)."""
+    delta = {name: after[name] - before.get(name, 0)
+             for name, value in after.items() if isinstance(value, int) and not name.startswith("last_failed")}
+    if any(delta.get(name, 0) for name in delta if name.startswith("fail")):
+        delta.update({name: value for name, value in after.items() if name.startswith("last_failed")})
+    return delta
+
+
+def wakeup_sources(text):
+    """{source name: event_count} from /sys/class/wakeup/wakeupN/{name,event_count}."""
+    by_dir = {}
+    for path, value in _path_values(text).items():
+        directory, _, attribute = path.rpartition("/")
+        by_dir.setdefault(directory, {})[attribute] = value
+    sources = {}
+    for attributes in by_dir.values():
+        if "name" in attributes and attributes.get("event_count", "").isdigit():
+            sources[attributes["name"]] = int(attributes["event_count"])
+    return sources
+
+
+def wakeup_delta(before, after):
+    """Sources whose event count went up during the cycle: {name: increase}."""
+    return {name: count - before.get(name, 0) for name, count in after.items()
+            if count > before.get(name, 0)}

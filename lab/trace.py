@@ -1,0 +1,132 @@
+"""The guest's ftrace buffer: suspend/resume timing and device callbacks.
+
+Events used (include/trace/events/power.h):
+  suspend_resume: <action>[<val>] begin|end           phase markers
+  device_pm_callback_start: <driver> <device>, parent: <parent>, <info>[<verb>]
+  device_pm_callback_end: <driver> <device>, err=<n>
+Timing comes from here, not from console text: trace timestamps are taken
+where the kernel does the work.
+"""
+
+import re
+from dataclasses import dataclass
+
+# "  sh-123     [000] d..1.   123.456789: suspend_resume: suspend_enter[3] begin"
+# The flags column is absent with some trace options; tolerate both.
+LINE = re.compile(
+    r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?:\S+\s+)?"
+    r"(?P<ts>\d+\.\d+):\s+(?P<name>[\w:]+):\s?(?P<body>.*)$"
+)
+SUSPEND_RESUME = re.compile(r"^(?P<action>\w+)\[(?P<val>\d+)\] (?P<edge>begin|end)$")
+CALLBACK_START = re.compile(
+    r"^(?P<driver>.*?) (?P<device>\S+), parent: (?P<parent>\S+), (?P<info>.*?)\[(?P<verb>[^\]]+)\]$")
+CALLBACK_END = re.compile(r"^(?P<driver>.*?) (?P<device>\S+), err=(?P<err>-?\d+)$")
+
+
+@dataclass
+class Event:
+    ts: float  # seconds, trace clock
+    name: str
+    body: str
+    task: str = ""
+    cpu: int = 0
+
+
+def parse(text):
+    """Trace text (as in /sys/kernel/tracing/trace) to events; comment and
+    unparseable lines are skipped."""
+    events = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = LINE.match(line)
+        if match:
+            events.append(Event(float(match["ts"]), match["name"], match["body"],
+                                match["task"].strip(), int(match["cpu"])))
+    return events
+
+
+def markers(events):
+    """suspend_resume events as (ts, action, val, is_begin)."""
+    out = []
+    for event in events:
+        if event.name == "suspend_resume":
+            match = SUSPEND_RESUME.match(event.body)
+            if match:
+                out.append((event.ts, match["action"], int(match["val"]), match["edge"] == "begin"))
+    return out
+
+
+def timing(events):
+    """Guest-measured phase times in milliseconds.
+
+    suspend_ms: first phase marker of the cycle -> machine_suspend begin (the
+                moment the platform is told to sleep, or s2idle starts idling)
+    resume_ms:  last machine_suspend end -> last phase marker (thaw done)
+    total_ms:   first -> last marker; for pm_test cycles, which never reach
+                machine_suspend, this is the only figure.
+    s2idle_loops: machine_suspend begin count (above 1 = spurious s2idle wakes)
+    """
+    marks = markers(events)
+    result = {"suspend_ms": None, "resume_ms": None, "total_ms": None, "s2idle_loops": 0,
+              "last_phase": None}
+    if not marks:
+        return result
+    first, last = marks[0][0], marks[-1][0]
+    result["total_ms"] = round((last - first) * 1000, 3)
+    begins = [m for m in marks if m[1] == "machine_suspend" and m[3]]
+    ends = [m for m in marks if m[1] == "machine_suspend" and not m[3]]
+    if begins:
+        result["suspend_ms"] = round((begins[0][0] - first) * 1000, 3)
+        result["s2idle_loops"] = len(begins) if begins[0][2] == 1 else 0
+    if ends:
+        result["resume_ms"] = round((last - ends[-1][0]) * 1000, 3)
+    ts, action, val, is_begin = marks[-1]
+    result["last_phase"] = f"{action}[{val}] {'begin' if is_begin else 'end'}"
+    return result
+
+
+def phases_reached(events):
+    """Names of the phases that began, in order (dpm_prepare, dpm_suspend, ...)."""
+    seen = []
+    for ts, action, val, is_begin in markers(events):
+        if is_begin and action not in seen:
+            seen.append(action)
+    return seen
+
+
+def callbacks(events):
+    """Per device, its PM callbacks in order:
+    {device: [{"cb": "<info>[<verb>]", "driver": d, "t": ts, "us": duration, "err": n}, ...]}
+    Starts and ends pair per device (async suspend interleaves devices). A
+    start without an end (a callback that never returned) has us/err None."""
+    sequences = {}
+    open_calls = {}
+    for event in events:
+        if event.name == "device_pm_callback_start":
+            match = CALLBACK_START.match(event.body)
+            if not match:
+                continue
+            call = {"cb": f"{match['info'].strip()}[{match['verb']}]", "driver": match["driver"],
+                    "t": event.ts, "us": None, "err": None}
+            sequences.setdefault(match["device"], []).append(call)
+            open_calls.setdefault(match["device"], []).append(call)
+        elif event.name == "device_pm_callback_end":
+            match = CALLBACK_END.match(event.body)
+            if not match or not open_calls.get(match["device"]):
+                continue
+            call = open_calls[match["device"]].pop()
+            call["us"] = round((event.ts - call["t"]) * 1e6, 1)
+            call["err"] = int(match["err"])
+    return sequences
+
+
+def failed_callbacks(sequences):
+    """(device, callback, err) for each callback that returned an error."""
+    return [(device, call["cb"], call["err"])
+            for device, calls in sequences.items() for call in calls if call["err"]]
+
+
+def unfinished_callbacks(sequences):
+    return [(device, call["cb"]) for device, calls in sequences.items()
+            for call in calls if call["us"] is None]

@@ -1,0 +1,324 @@
+"""libvirt plumbing: the daemons, the connection, its event loop, domain XML
+and the storage pool the guest's files live in.
+
+Everything goes through libvirt's API (never a local path the lab opens
+itself), so a remote URI such as qemu+ssh://host/system works unchanged:
+kernel, initramfs and swap disk are volumes uploaded into a pool on the
+libvirt host; console and agent are libvirt streams.
+"""
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from xml.sax.saxutils import escape
+
+import libvirt
+
+DEFAULT_URI = "qemu:///system"
+POOL_NAME = "pmlab"
+POOL_PATH = "/var/lib/libvirt/pmlab"
+AGENT_CHANNEL = "org.pmlab.agent.0"
+
+
+class LabError(Exception):
+    """A problem the user must fix (bad input, missing artifact, no libvirt):
+    reported as one clear message, before any guest starts when possible."""
+
+
+# ---------------------------------------------------------------- daemons
+
+def _is_local(uri):
+    return uri.split(":", 1)[0] == "qemu" and "//" in uri and uri.split("//", 1)[1].startswith("/")
+
+
+def _running(pidfile):
+    try:
+        pid = int(open(pidfile).read().strip())
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def start_daemons(wait_seconds=30):
+    """Start virtlogd and libvirtd when they are not running: PID 1 here is not
+    systemd, so no socket activation starts them for us."""
+    for daemon, pidfile in (("virtlogd", "/run/virtlogd.pid"), ("libvirtd", "/run/libvirtd.pid")):
+        if _running(pidfile):
+            continue
+        binary = shutil.which(daemon) or f"/usr/sbin/{daemon}"
+        if not os.access(binary, os.X_OK):
+            raise LabError(f"libvirt is not startable: {binary} not found "
+                           "(apt-get install libvirt-daemon-system, or run lab/install-deps)")
+        done = subprocess.run([binary, "-d"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LabError(f"libvirt is not startable: '{binary} -d' exited with "
+                           f"{done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+    deadline = time.monotonic() + wait_seconds
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            libvirt.open(DEFAULT_URI).close()
+            return
+        except libvirt.libvirtError as error:
+            last = error
+            time.sleep(0.5)
+    raise LabError(f"libvirt is not startable: {DEFAULT_URI} did not answer within "
+                   f"{wait_seconds}s after starting libvirtd ({last}); "
+                   "see /var/log/libvirt/libvirtd.log")
+
+
+# ------------------------------------------------------------- connection
+
+_event_loop_lock = threading.Lock()
+_event_loop_started = False
+
+
+def _start_event_loop():
+    """libvirt delivers domain events and keepalives only while someone runs its
+    event loop; one daemon thread per process does that."""
+    global _event_loop_started
+    with _event_loop_lock:
+        if _event_loop_started:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+
+        def run():
+            while True:
+                libvirt.virEventRunDefaultImpl()
+
+        threading.Thread(target=run, name="libvirt-events", daemon=True).start()
+        _event_loop_started = True
+
+
+class DomainEvents:
+    """Timestamped libvirt events of one domain, and waiting for them.
+    The cycle engine counts these as the proof that the guest really slept."""
+
+    def __init__(self):
+        self._events = []
+        self._cond = threading.Condition()
+
+    def add(self, kind, detail=None):
+        with self._cond:
+            self._events.append((time.time(), kind, detail))
+            self._cond.notify_all()
+
+    def mark(self):
+        """Position to count or wait from: events before it are ignored."""
+        with self._cond:
+            return len(self._events)
+
+    def since(self, mark):
+        with self._cond:
+            return list(self._events[mark:])
+
+    def wait_for(self, mark, kinds, timeout, abort=None):
+        """Wait for the first event of one of `kinds` after `mark`. Returns the
+        event or None on timeout; `abort()` returning true ends the wait early."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for event in self._events[mark:]:
+                    if event[1] in kinds:
+                        return event
+                left = deadline - time.monotonic()
+                if left <= 0 or (abort and abort()):
+                    return None
+                self._cond.wait(min(left, 0.2))
+
+
+_LIFECYCLE = {
+    libvirt.VIR_DOMAIN_EVENT_DEFINED: "defined",
+    libvirt.VIR_DOMAIN_EVENT_UNDEFINED: "undefined",
+    libvirt.VIR_DOMAIN_EVENT_STARTED: "started",
+    libvirt.VIR_DOMAIN_EVENT_SUSPENDED: "paused",
+    libvirt.VIR_DOMAIN_EVENT_RESUMED: "resumed",
+    libvirt.VIR_DOMAIN_EVENT_STOPPED: "stopped",
+    libvirt.VIR_DOMAIN_EVENT_SHUTDOWN: "shutdown",
+    libvirt.VIR_DOMAIN_EVENT_PMSUSPENDED: "pmsuspended",
+    libvirt.VIR_DOMAIN_EVENT_CRASHED: "crashed",
+}
+
+
+class Connection:
+    """A libvirt connection plus the event callbacks that feed DomainEvents."""
+
+    def __init__(self, uri=DEFAULT_URI):
+        self.uri = uri
+        if _is_local(uri):
+            start_daemons()
+        _start_event_loop()
+        try:
+            self.conn = libvirt.open(uri)
+        except libvirt.libvirtError as error:
+            raise LabError(f"cannot connect to libvirt at {uri}: {error}") from None
+        self.conn.setKeepAlive(5, 6)
+        self._events = {}
+        self._lock = threading.Lock()
+        register = self.conn.domainEventRegisterAny
+        self._callbacks = [
+            register(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None),
+            register(None, libvirt.VIR_DOMAIN_EVENT_ID_PMSUSPEND, self._on_simple, "pmsuspend"),
+            register(None, libvirt.VIR_DOMAIN_EVENT_ID_PMWAKEUP, self._on_simple, "pmwakeup"),
+            register(None, libvirt.VIR_DOMAIN_EVENT_ID_PMSUSPEND_DISK, self._on_simple, "pmsuspend-disk"),
+            register(None, libvirt.VIR_DOMAIN_EVENT_ID_REBOOT, self._on_reboot, None),
+        ]
+
+    def events(self, name):
+        with self._lock:
+            return self._events.setdefault(name, DomainEvents())
+
+    def forget(self, name):
+        with self._lock:
+            self._events.pop(name, None)
+
+    def _on_lifecycle(self, conn, dom, event, detail, opaque):
+        self.events(dom.name()).add(_LIFECYCLE.get(event, f"lifecycle-{event}"), detail)
+
+    def _on_simple(self, conn, dom, reason, kind):
+        self.events(dom.name()).add(kind)
+
+    def _on_reboot(self, conn, dom, opaque):
+        self.events(dom.name()).add("reboot")
+
+    def close(self):
+        for callback in self._callbacks:
+            try:
+                self.conn.domainEventDeregisterAny(callback)
+            except libvirt.libvirtError:
+                pass
+        self.conn.close()
+
+
+# ------------------------------------------------------------ storage pool
+
+def storage_pool(conn):
+    """The lab's directory pool on the libvirt host, created on first use.
+    Parallel workers may race to create it: whoever loses looks it up."""
+    try:
+        pool = conn.storagePoolLookupByName(POOL_NAME)
+    except libvirt.libvirtError:
+        xml = (f"<pool type='dir'><name>{POOL_NAME}</name>"
+               f"<target><path>{POOL_PATH}</path></target></pool>")
+        try:
+            pool = conn.storagePoolDefineXML(xml, 0)
+            pool.build(0)
+        except libvirt.libvirtError:
+            pool = conn.storagePoolLookupByName(POOL_NAME)
+    if not pool.isActive():
+        try:
+            pool.create(0)
+        except libvirt.libvirtError:
+            if not pool.isActive():
+                raise
+    pool.setAutostart(1)
+    return pool
+
+
+def _delete_volume(pool, name):
+    try:
+        pool.storageVolLookupByName(name).delete(0)
+    except libvirt.libvirtError:
+        pass
+
+
+def upload_volume(conn, pool, name, local_path):
+    """Copy a local file into the pool (over the libvirt connection)."""
+    _delete_volume(pool, name)
+    size = os.path.getsize(local_path)
+    vol = pool.createXML(
+        f"<volume><name>{escape(name)}</name><capacity>{size}</capacity>"
+        f"<allocation>{size}</allocation><target><format type='raw'/></target></volume>", 0)
+    stream = conn.newStream(0)
+    vol.upload(stream, 0, size, 0)
+    with open(local_path, "rb") as source:
+        stream.sendAll(lambda _stream, nbytes, f: f.read(nbytes), source)
+    stream.finish()
+    return vol
+
+
+def blank_volume(pool, name, size_bytes):
+    """A new sparse, all-zero raw volume: a swap disk with no stale image on it."""
+    _delete_volume(pool, name)
+    return pool.createXML(
+        f"<volume><name>{escape(name)}</name><capacity>{size_bytes}</capacity>"
+        f"<allocation>0</allocation><target><format type='raw'/></target></volume>", 0)
+
+
+def delete_volumes(pool, names):
+    for name in names:
+        _delete_volume(pool, name)
+
+
+# -------------------------------------------------------------- domain XML
+
+# Machine profiles. q35 + OVMF is the default: UEFI firmware with a real S3
+# resume path. pc + SeaBIOS boots ~3x faster, but after an S3 resume
+# `poweroff -f` hangs there; it is an option, named for what it is.
+PROFILES = {
+    "q35-ovmf": {
+        "machine": "q35",
+        "loader": "/usr/share/OVMF/OVMF_CODE_4M.fd",
+        "nvram_template": "/usr/share/OVMF/OVMF_VARS_4M.fd",
+    },
+    "pc-seabios": {"machine": "pc", "loader": None, "nvram_template": None},
+}
+
+
+def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
+               memory_mib=512, vcpus=1, extra_devices=("edu",)):
+    """Domain XML for one guest. type='qemu': no KVM here, QEMU runs under TCG."""
+    if profile not in PROFILES:
+        raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(PROFILES)})")
+    p = PROFILES[profile]
+    firmware = ""
+    if p["loader"]:
+        firmware = (f"<loader readonly='yes' type='pflash'>{p['loader']}</loader>"
+                    f"<nvram template='{p['nvram_template']}'/>")
+    qemu_args = "".join(f"<qemu:arg value='-device'/><qemu:arg value='{escape(device)}'/>"
+                        for device in extra_devices)
+    return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+  <name>{escape(name)}</name>
+  <memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>{vcpus}</vcpu>
+  <os>
+    <type arch='x86_64' machine='{p["machine"]}'>hvm</type>
+    {firmware}
+    <kernel>{escape(kernel)}</kernel>
+    <initrd>{escape(initrd)}</initrd>
+    <cmdline>{escape(cmdline)}</cmdline>
+  </os>
+  <features><acpi/></features>
+  <clock offset='utc'/>
+  <pm>
+    <suspend-to-mem enabled='yes'/>
+    <suspend-to-disk enabled='yes'/>
+  </pm>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>restart</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <disk type='volume' device='disk'>
+      <driver name='qemu' type='raw' cache='unsafe'/>
+      <source pool='{POOL_NAME}' volume='{escape(swap_volume)}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <controller type='usb' model='none'/>
+    <serial type='pty'>
+      <log file='{escape(console_log)}' append='off'/>
+      <target port='0'/>
+    </serial>
+    <console type='pty'><target type='serial' port='0'/></console>
+    <channel type='unix'>
+      <source mode='bind'/>
+      <target type='virtio' name='{AGENT_CHANNEL}'/>
+    </channel>
+    <video><model type='none'/></video>
+    <memballoon model='none'/>
+  </devices>
+  <qemu:commandline>{qemu_args}</qemu:commandline>
+</domain>
+"""
