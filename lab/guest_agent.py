@@ -130,6 +130,10 @@ class Agent:
                 self._cond.wait(min(left, 0.2))
             return self._replies.pop(request_id)
 
+    def has_reply(self, request_id):
+        with self._cond:
+            return request_id in self._replies
+
     def call(self, command, timeout=30):
         return self.wait(self.send(command), timeout)
 

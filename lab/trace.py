@@ -130,3 +130,20 @@ def failed_callbacks(sequences):
 def unfinished_callbacks(sequences):
     return [(device, call["cb"]) for device, calls in sequences.items()
             for call in calls if call["us"] is None]
+
+
+def phase_of(callback):
+    """PM phase of a callback label from callbacks(): "noirq bus [suspend]" ->
+    "suspend_noirq", "preparing driver [suspend]" -> "prepare"."""
+    match = re.match(r"^(?P<info>.*?)\s*\[(?P<verb>[^\]]+)\]$", callback)
+    if not match:
+        return callback
+    info, verb = match["info"].split(), match["verb"]
+    first = info[0] if info else ""
+    if first == "preparing":
+        return "prepare"
+    if first == "completing":
+        return "complete"
+    if first in ("noirq", "late", "early"):
+        return f"{verb}_{first}"
+    return verb

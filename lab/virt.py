@@ -84,6 +84,9 @@ def _start_event_loop():
         if _event_loop_started:
             return
         libvirt.virEventRegisterDefaultImpl()
+        # libvirt's default handler prints every error to stderr, including the
+        # ones the lab expects and handles (a pool that does not exist yet).
+        libvirt.registerErrorHandler(lambda _ctx, _error: None, None)
 
         def run():
             while True:

@@ -1,0 +1,358 @@
+"""One sleep cycle on one guest: drive it, watch it, judge it, record it.
+
+How each mode is driven and what proves the guest really slept:
+
+  mem (S3), wake pmwakeup: the PMSuspended event arrives, the lab calls
+      virDomainPMWakeup (QMP system_wakeup). Proof: one PMSuspended and one
+      PMWakeup event, machine_suspend[3] begin/end in the trace, suspend_stats
+      success +1.
+  mem, wake rtc: the guest set an RTC alarm; the lab only waits. Same proof.
+  freeze (s2idle): QEMU does not know the guest idles, so there is no event.
+      The lab waits for the kernel's "PM: suspend-to-idle" console line, then
+      presses the ACPI power button. Proof: the guest returned only after the
+      press, machine_suspend[1] begin/end in the trace, success +1.
+  disk, platform: ACPI S4 powers the domain off (PMSuspended-disk and Stopped
+      events), the lab starts it again, the kernel resumes from swap. Proof: the
+      domain stopped, and the boot id and a tmpfs token survived.
+  disk, reboot: the guest reboots itself (Reboot event) and resumes. Same proof.
+  pm_test-LEVEL: the kernel stops at LEVEL and returns. Proof: the phases in
+      the trace reach LEVEL and no further, no PMSuspended event, success +1.
+
+A phase that outlives its watchdog makes the cycle a `hang`: QEMU's state and
+the console are captured and the domain is destroyed; the caller boots a
+fresh guest for the next cycle. `echo mem` returning is never proof.
+"""
+
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from lab import console, guest_report, pmtest_log, trace
+from lab.guest_agent import AgentTimeout, quote
+from lab.records import iso
+
+RTC_WAKE_SECONDS = 2
+
+# Deepest phase marker each pm_test level reaches, and the first it must not.
+PM_TEST_REACH = {
+    "freezer": ("freeze_processes", "dpm_prepare"),
+    "devices": ("dpm_suspend", "dpm_suspend_late"),
+    "platform": ("dpm_suspend_noirq", "machine_suspend"),
+    "processors": ("dpm_suspend_noirq", "machine_suspend"),
+    "core": ("dpm_suspend_noirq", "machine_suspend"),
+}
+
+
+@dataclass
+class Watchdogs:
+    """Seconds each phase may take before the cycle counts as hung."""
+    boot: float = 300      # fresh guest: domain start -> agent answers
+    suspend: float = 60    # request sent -> guest asleep (event / console marker)
+    resume: float = 60     # wake sent -> the guest's report arrives
+    hibernate: float = 240  # request sent -> image written, domain off / reboot
+    restore: float = 300   # domain started again -> report from the resumed image
+
+
+class Hang(Exception):
+    def __init__(self, phase, detail):
+        super().__init__(f"{phase}: {detail}")
+        self.phase = phase
+        self.detail = detail
+
+
+class Cycle:
+    """State of one cycle while it runs."""
+
+    def __init__(self, guest, mode, number, watchdogs, knobs=()):
+        self.guest = guest
+        self.mode = mode
+        self.number = number
+        self.watchdogs = watchdogs
+        self.knobs = list(knobs)
+        self.token = uuid.uuid4().hex
+        self.timeline = []
+        self.event_mark = guest.events.mark()
+        self.console_mark = guest.console.mark()
+        self.request = None
+
+    def note(self, step):
+        self.timeline.append([step, round(time.time(), 3)])
+
+    def command(self):
+        args = [f"cycle={self.number}", f"state={self.mode.state}", f"pm_test={self.mode.pm_test}",
+                f"token={self.token}"]
+        if self.mode.state == "disk":
+            args.append(f"disk={self.mode.wake}")
+        if self.mode.wake == "rtc":
+            args.append(f"rtc={RTC_WAKE_SECONDS}")
+        args += [f"knob.{name}={value}" for name, value in self.knobs]
+        return "pmlab-cycle " + " ".join(quote(arg) for arg in args)
+
+    # --------------------------------------------------------------- waiting
+
+    def replied(self):
+        return self.guest.agent.has_reply(self.request)
+
+    def wait_event(self, kinds, timeout, abort=None):
+        event = self.guest.events.wait_for(self.event_mark, kinds, timeout, abort)
+        if event:
+            self.note(event[1])
+        return event
+
+    def wait_reply(self, phase, timeout, abort=None):
+        try:
+            reply = self.guest.agent.wait(self.request, timeout, abort)
+        except AgentTimeout:
+            if not self.guest.running():
+                raise Hang(phase, f"domain {self.guest.state()} while waiting for the guest's report") from None
+            raise Hang(phase, f"no report from the guest within {timeout:.0f}s") from None
+        self.note("report")
+        return reply
+
+    def not_running(self):
+        return not self.guest.running()
+
+    # ------------------------------------------------------------ the modes
+
+    def drive(self):
+        """Run the cycle; the guest's reply (or raise Hang)."""
+        self.request = self.guest.agent.send(self.command())
+        self.note("sent")
+        return getattr(self, "_drive_" + self.mode.kind)()
+
+    def _drive_mem(self):
+        w = self.watchdogs
+        asleep = self.wait_event({"pmsuspend"}, w.suspend, lambda: self.replied() or self.not_running())
+        if asleep is None and not self.replied():
+            raise Hang("suspend", f"guest not asleep (no PMSuspended event) within {w.suspend:.0f}s")
+        if asleep is not None:
+            if self.mode.wake == "pmwakeup":
+                self.guest.pm_wakeup()
+                self.note("pmwakeup-sent")
+            elif self.wait_event({"pmwakeup"}, RTC_WAKE_SECONDS + w.resume, self.not_running) is None:
+                raise Hang("resume", f"RTC alarm did not wake the guest within {RTC_WAKE_SECONDS + w.resume:.0f}s")
+        return self.wait_reply("resume", w.resume, self.not_running)
+
+    def _drive_freeze(self):
+        w = self.watchdogs
+        idle = self.guest.console.wait_for(console.S2IDLE_ENTERED, self.console_mark, w.suspend,
+                                           lambda: self.replied() or self.not_running())
+        if idle is None and not self.replied():
+            raise Hang("suspend", f"no '{console.S2IDLE_ENTERED}' on the console within {w.suspend:.0f}s")
+        if idle is not None:
+            self.timeline.append(["s2idle-entered", round(idle[0], 3)])
+            self.guest.press_power_button()
+            self.note("powerbutton-sent")
+        return self.wait_reply("resume", w.resume, self.not_running)
+
+    def _drive_disk(self):
+        w = self.watchdogs
+        if self.mode.wake == "platform":
+            off = self.wait_event({"stopped"}, w.hibernate, self.replied)
+            if off is None and not self.replied():
+                raise Hang("hibernate", f"domain still running {w.hibernate:.0f}s after the request")
+            if off is not None:
+                self.guest.start_again()
+                self.note("started-again")
+        else:
+            rebooted = self.wait_event({"reboot"}, w.hibernate, lambda: self.replied() or self.not_running())
+            if rebooted is None and not self.replied():
+                raise Hang("hibernate", f"guest did not reboot within {w.hibernate:.0f}s")
+        restart_mark = self.guest.console.mark()
+        fresh_boot = lambda: self.not_running() or bool(
+            [line for line in self.guest.console.lines(restart_mark) if "pmlab-init:" in line])
+        reply = None
+        try:
+            reply = self.wait_reply("restore", w.restore, fresh_boot)
+        except Hang:
+            if not fresh_boot() or not self.guest.running():
+                raise
+        return reply  # None: the guest booted afresh instead of resuming
+
+    def _drive_pm_test(self):
+        w = self.watchdogs
+        return self.wait_reply("suspend", w.suspend + w.resume, self.not_running)
+
+
+# ------------------------------------------------------------------ judging
+
+def judge(cycle, reply, events, evidence):
+    """The verdict fields of a finished cycle (one whose guest replied, or not)."""
+    mode = cycle.mode
+    counts = {}
+    for _, kind, _ in events:
+        counts[kind] = counts.get(kind, 0) + 1
+    result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
+    if reply is None:  # disk: booted afresh, the image was not resumed
+        result.update(verdict="fail", phase="restore",
+                      reason="the guest booted afresh instead of resuming from the hibernation image")
+        return result
+    parts = guest_report.sections(reply.output)
+    if reply.status != 0 or "end" not in parts:
+        result.update(verdict="error", phase="lab",
+                      reason=f"pmlab-cycle exited with {reply.status}: {reply.output.strip()[-300:]}")
+        return result
+    before, enter, after = (guest_report.key_values(parts.get(n)) for n in ("before", "enter", "after"))
+    stats_before = guest_report.suspend_stats(parts.get("suspend_stats_before"))
+    stats_after = guest_report.suspend_stats(parts.get("suspend_stats_after"))
+    events_trace = trace.parse(parts.get("trace", ""))
+    sequences = trace.callbacks(events_trace)
+    pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
+    result.update(trace.timing(events_trace))
+    result["suspend_stats_delta"] = guest_report.stats_delta(stats_before, stats_after)
+    result["wakeup_sources_delta"] = guest_report.wakeup_delta(
+        guest_report.wakeup_sources(parts.get("wakeup_sources_before")),
+        guest_report.wakeup_sources(parts.get("wakeup_sources_after")))
+    result["phases"] = trace.phases_reached(events_trace)
+    result["callbacks"] = sequences
+    result["pmtest"] = pmtest_log.by_device(pmtest_entries)
+    result["trace_events"] = len(events_trace)
+
+    status = int(enter.get("status", "1"))
+    result["enter_status"] = status
+    if status != 0:
+        phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
+        failed = trace.failed_callbacks(sequences)
+        if not phase and failed:
+            phase = trace.phase_of(failed[0][1])
+        result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
+                      reason=f"writing '{mode.state}' to /sys/power/state failed: "
+                             f"{enter.get('error') or 'status ' + str(status)}"
+                             + (f"; failed callbacks: {failed}" if failed else ""))
+        return result
+
+    missing = _proof(mode, cycle, counts, before, after, result)
+    failed = trace.failed_callbacks(sequences)
+    if missing:
+        result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing))
+    elif failed:
+        result.update(verdict="fail", phase=trace.phase_of(failed[0][1]),
+                      reason=f"callbacks returned errors: {failed}")
+    elif result["problems"]:
+        result.update(verdict="fail", phase=result.get("last_phase") or "resume",
+                      reason=f"kernel reported problems: {result['problems'][:5]}")
+    else:
+        result.update(verdict="pass", phase=None, reason=None)
+    return result
+
+
+def _proof(mode, cycle, counts, before, after, result):
+    """Fill result["proof"]; return the list of what is missing."""
+    proof = result["proof"]
+    missing = []
+    phases = result["phases"]
+    success = result["suspend_stats_delta"].get("success", 0)
+    if mode.kind == "mem":
+        proof.update(pmsuspend=counts.get("pmsuspend", 0), pmwakeup=counts.get("pmwakeup", 0),
+                     machine_suspend=result["suspend_ms"] is not None and result["resume_ms"] is not None,
+                     suspend_stats_success=success)
+        if proof["pmsuspend"] != 1 or proof["pmwakeup"] != 1:
+            missing.append(f"expected 1 PMSuspended and 1 PMWakeup event, got "
+                           f"{proof['pmsuspend']} and {proof['pmwakeup']}")
+    elif mode.kind == "freeze":
+        steps = dict(cycle.timeline)
+        proof.update(s2idle_entered="s2idle-entered" in steps,
+                     button_pressed="powerbutton-sent" in steps,
+                     woke_after_press=steps.get("report", 0) > steps.get("powerbutton-sent", float("inf")),
+                     machine_suspend=result["suspend_ms"] is not None and result["resume_ms"] is not None,
+                     suspend_stats_success=success, pmsuspend=counts.get("pmsuspend", 0))
+        if not (proof["s2idle_entered"] and proof["button_pressed"] and proof["woke_after_press"]):
+            missing.append("the guest did not stay in s2idle until the power button was pressed")
+    elif mode.kind == "disk":
+        proof.update(boot_id_kept=before.get("boot_id") == after.get("boot_id") == cycle.guest.boot_id,
+                     token_kept=after.get("token") == cycle.token,
+                     stopped=counts.get("stopped", 0), pmsuspend_disk=counts.get("pmsuspend-disk", 0),
+                     reboot=counts.get("reboot", 0))
+        if mode.wake == "platform" and proof["stopped"] != 1:
+            missing.append(f"expected the domain to stop once (S4), it stopped {proof['stopped']} times")
+        if mode.wake == "reboot" and proof["reboot"] < 1:
+            missing.append("no Reboot event")
+        if not proof["boot_id_kept"]:
+            missing.append(f"boot id changed ({before.get('boot_id')} -> {after.get('boot_id')})")
+        if not proof["token_kept"]:
+            missing.append("the tmpfs token did not survive")
+    elif mode.kind == "pm_test":
+        reach, beyond = PM_TEST_REACH[mode.pm_test]
+        proof.update(reached=reach in phases, went_beyond=beyond in phases,
+                     pmsuspend=counts.get("pmsuspend", 0), suspend_stats_success=success)
+        if not proof["reached"] or proof["went_beyond"]:
+            missing.append(f"pm_test={mode.pm_test} should reach {reach} and not {beyond}; phases: {phases}")
+        if proof["pmsuspend"]:
+            missing.append("a pm_test cycle suspended the machine")
+    if mode.kind in ("mem", "freeze"):
+        if not proof["machine_suspend"]:
+            missing.append("no machine_suspend begin/end in the trace")
+    if mode.kind in ("mem", "freeze", "pm_test") and success != 1:
+        missing.append(f"suspend_stats success went up by {success}, not 1")
+    return missing
+
+
+# ------------------------------------------------------------------ running
+
+def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
+    """Drive, judge and record one cycle. Returns the final record; its
+    "guest_usable" is False when the guest must be replaced (hang, lab error)."""
+    watchdogs = watchdogs or Watchdogs()
+    started = time.time()
+    record = {"run_id": rundir.run_id, "cycle": number, "status": "started", "mode": mode.name,
+              "wake": mode.wake, "pm_test": mode.pm_test, "guest": guest.name,
+              "host_start": iso(started), "knobs": [list(k) for k in knobs]}
+    record.update(meta or {})
+    rundir.append(record)
+
+    cycle = Cycle(guest, mode, number, watchdogs, knobs)
+    reply, hang, lab_error = None, None, None
+    try:
+        reply = cycle.drive()
+    except Hang as error:
+        hang = error
+    except Exception as error:  # libvirt or transport failure: the lab's, not the kernel's
+        lab_error = error
+
+    ended = time.time()
+    events = guest.events.since(cycle.event_mark)
+    all_lines = guest.console.lines(cycle.console_mark)
+    evidence = console.cycle_lines(all_lines, number) or all_lines[-80:]
+    record.update(status="done", host_end=iso(ended), host_seconds=round(ended - started, 3),
+                  timeline=cycle.timeline, guest_usable=True,
+                  libvirt_events=[[round(t, 3), kind, detail] for t, kind, detail in events])
+    if hang is not None:
+        dump_path = rundir.file(f"hang-cycle{number}-{guest.name}.txt")
+        with open(dump_path, "w") as dump:
+            dump.write(f"cycle {number} ({mode.name}) hung in phase {hang.phase}: {hang.detail}\n\n")
+            if guest.running():
+                dump.write(guest.qemu_state() + "\n")
+            dump.write("\n## console since the cycle began\n" + "\n".join(all_lines) + "\n")
+        guest.destroy()
+        record.update(verdict="hang", phase=hang.phase, reason=hang.detail,
+                      hang_dump=os.path.relpath(dump_path, rundir.path), guest_usable=False,
+                      problems=console.problems(evidence))
+    elif lab_error is not None:
+        guest.destroy()
+        record.update(verdict="error", phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
+                      guest_usable=False)
+    else:
+        record.update(judge(cycle, reply, events, evidence))
+        if record["verdict"] == "error" or not guest.running() or reply is None:
+            record["guest_usable"] = False
+    record["evidence"] = evidence
+    rundir.append(record)
+    return record
+
+
+def watchdogs_from(text_items):
+    """Watchdogs from ["phase=seconds", ...] (CLI and pytest options)."""
+    from lab.virt import LabError
+    values = asdict(Watchdogs())
+    for item in text_items or ():
+        phase, sep, seconds = item.partition("=")
+        if not sep or phase not in values:
+            raise LabError(f"bad watchdog '{item}': use PHASE=SECONDS with PHASE one of {', '.join(values)}")
+        try:
+            values[phase] = float(seconds)
+        except ValueError:
+            raise LabError(f"bad watchdog '{item}': '{seconds}' is not a number of seconds") from None
+        if values[phase] <= 0:
+            raise LabError(f"bad watchdog '{item}': must be positive")
+    return Watchdogs(**values)

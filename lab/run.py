@@ -1,0 +1,129 @@
+"""Run sleep cycles from the command line.
+
+  /usr/bin/python3 -m lab.run --mode mem --cycles 10
+  /usr/bin/python3 -m lab.run --mode freeze --mode disk --cycles 3 --baseline
+  /usr/bin/python3 -m lab.run                      # the default sample: mem x10, freeze x5, disk x3
+  /usr/bin/python3 -m lab.run --mode mem --cycles 3 --inject '2:delay=* suspend 60000' \\
+        --watchdog suspend=20                        # cycle 2 hangs, cycle 3 runs in a fresh guest
+
+Exit status: 0 all cycles passed, 1 some did not, 2 bad input or setup.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from lab import artifacts as artifacts_mod
+from lab import modes as modes_mod
+from lab import virt
+from lab.cycle import watchdogs_from
+from lab.records import RunDir, new_run_id
+from lab.session import Session
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_injections(items):
+    """["CYCLE:NAME=VALUE", ...] -> {cycle: [(name, value), ...]}: pmtest knobs
+    set for that cycle only (e.g. a delay past the watchdog to make it hang)."""
+    out = {}
+    for item in items or ():
+        number, sep, knob = item.partition(":")
+        name, sep2, value = knob.partition("=")
+        if not (sep and sep2 and number.isdigit() and name):
+            raise virt.LabError(f"bad --inject '{item}': use CYCLE:KNOB=VALUE, e.g. '2:delay=* suspend 60000'")
+        if name not in ("fault", "delay", "child"):
+            raise virt.LabError(f"bad --inject '{item}': pmtest knobs are fault, delay and child")
+        out.setdefault(int(number), []).append((name, value))
+    return out
+
+
+def add_options(parser):
+    parser.add_argument("--mode", action="append",
+                        help="mem, freeze, disk or pm_test-{freezer,devices,platform,processors,core}; "
+                             "repeat for several (default: mem x10, freeze x5, disk x3)")
+    parser.add_argument("--cycles", help="cycles per mode")
+    parser.add_argument("--wake", help="mem: pmwakeup|rtc; freeze: powerbutton; disk: platform|reboot")
+    parser.add_argument("--artifacts", help="kernel artifact directory (default build/out)")
+    parser.add_argument("--baseline", action="store_true", help="use build/baseline/out")
+    parser.add_argument("--uri", default=virt.DEFAULT_URI, help="libvirt URI (default %(default)s)")
+    parser.add_argument("--profile", default="q35-ovmf", choices=sorted(virt.PROFILES),
+                        help="machine: q35-ovmf (default) or the faster pc-seabios")
+    parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS",
+                        help="boot, suspend, resume, hibernate or restore watchdog")
+    parser.add_argument("--inject", action="append", metavar="CYCLE:KNOB=VALUE",
+                        help="pmtest knob for one cycle, e.g. '2:fault=* suspend 5 1'")
+    parser.add_argument("--memory", type=int, default=512, help="guest MiB")
+    parser.add_argument("--vcpus", type=int, default=1)
+    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    parser.add_argument("--run-id")
+
+
+def setup(args):
+    """Check every input, then connect (starting libvirt if needed). Nothing
+    here starts a guest, so bad input fails fast."""
+    plan = modes_mod.plan(args.mode, args.cycles, args.wake)
+    watchdogs = watchdogs_from(args.watchdog)
+    injections = parse_injections(args.inject)
+    directory = artifacts_mod.BASELINE_DIR if args.baseline else (args.artifacts or artifacts_mod.DEFAULT_DIR)
+    found = artifacts_mod.find(directory)
+    if injections and not found.modules:
+        raise virt.LabError(f"--inject needs the pmtest modules, but {directory}/modules has none")
+    if args.memory < 128 or args.vcpus < 1:
+        raise virt.LabError("--memory must be at least 128 MiB and --vcpus at least 1")
+    connection = virt.Connection(args.uri)
+    return plan, watchdogs, injections, found, connection
+
+
+def describe(record):
+    text = f"cycle {record['cycle']:>3} {record['mode']}/{record['wake']}: {record['verdict'].upper()}"
+    text += f" {record.get('host_seconds', 0):.2f}s"
+    if record.get("suspend_ms") is not None or record.get("resume_ms") is not None:
+        text += f" (guest suspend {record.get('suspend_ms')} ms, resume {record.get('resume_ms')} ms)"
+    elif record.get("total_ms") is not None:
+        text += f" (guest {record['total_ms']} ms)"
+    if record["verdict"] != "pass":
+        text += f" phase={record.get('phase')}: {record.get('reason')}"
+    return text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m lab.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser)
+    args = parser.parse_args(argv)
+    try:
+        plan, watchdogs, injections, found, connection = setup(args)
+    except virt.LabError as error:
+        print(f"lab.run: {error}", file=sys.stderr)
+        return 2
+    rundir = RunDir(args.results, args.run_id or new_run_id())
+    print(f"run {rundir.run_id}: {', '.join(f'{m.name}/{m.wake} x{n}' for m, n in plan)} "
+          f"on {found.directory} ({args.profile}, {args.uri})", flush=True)
+    session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
+                      args.memory, args.vcpus, connection=connection)
+    number = 0
+    try:
+        for mode, count in plan:
+            for _ in range(count):
+                number += 1
+                record = session.cycle(mode, number, injections.get(number, ()))
+                print(describe(record), flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    finally:
+        session.close()
+    summary = rundir.write_summary({"boot_seconds": session.boot_seconds,
+                                    "guests_booted": session.guests_booted})
+    print(json.dumps({k: summary[k] for k in ("cycles", "counts", "pass_rate")}))
+    for name, block in summary["modes"].items():
+        seconds = block["host_seconds"]
+        print(f"  {name}: {block['counts']['pass']}/{block['cycles']} passed, "
+              f"{seconds['mean'] if seconds else '-'} s/cycle mean")
+    print(f"results: {rundir.path}")
+    return 0 if summary["counts"]["pass"] == summary["cycles"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""A run of cycles on one guest at a time, replacing the guest when a cycle
+leaves it unusable (hang, lab error, failed restore). Used by lab.run and by
+the pytest fixtures (one Session per xdist worker)."""
+
+import os
+import time
+
+from lab import virt
+from lab.cycle import Watchdogs, run_cycle
+from lab.guest import Guest, GuestError
+from lab.records import iso
+
+
+class Session:
+    def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
+                 watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
+                 connection=None):
+        if profile not in virt.PROFILES:
+            raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
+        self.artifacts = artifacts
+        self.rundir = rundir
+        self.profile = profile
+        self.watchdogs = watchdogs or Watchdogs()
+        self.worker = worker
+        self.memory_mib = memory_mib
+        self.vcpus = vcpus
+        self.cmdline_extra = cmdline_extra
+        self.connection = connection or virt.Connection(uri)
+        self.guest = None
+        self.guests_booted = 0
+        self.boot_seconds = []
+
+    def _new_guest(self):
+        self.guests_booted += 1
+        name = f"pmlab-{self.rundir.run_id}-{self.worker}-{self.guests_booted}"
+        guest = Guest(self.connection, name, self.artifacts,
+                      self.rundir.file("console", f"{name}.log"), self.profile,
+                      self.cmdline_extra, self.memory_mib, self.vcpus)
+        started = time.monotonic()
+        try:
+            guest.boot(self.watchdogs.boot)
+        except Exception:
+            guest.close()
+            raise
+        self.boot_seconds.append(round(time.monotonic() - started, 2))
+        return guest
+
+    def _meta(self):
+        manifest = self.artifacts.manifest
+        return {"kernel": {"directory": self.artifacts.directory,
+                           "variant": manifest.get("variant"),
+                           "kernelrelease": manifest.get("kernelrelease"),
+                           "series_hash": manifest.get("series_hash"),
+                           "modules": self.artifacts.modules},
+                "profile": self.profile, "worker": self.worker}
+
+    def cycle(self, mode, number, knobs=()):
+        """Run cycle `number`; always returns its final record."""
+        if self.guest is None:
+            started = time.time()
+            try:
+                self.guest = self._new_guest()
+            except (GuestError, Exception) as error:
+                record = {"run_id": self.rundir.run_id, "cycle": number, "status": "done",
+                          "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test,
+                          "guest": None, "host_start": iso(started), "host_end": iso(time.time()),
+                          "host_seconds": round(time.time() - started, 3),
+                          "verdict": "error", "phase": "boot",
+                          "reason": f"{type(error).__name__}: {error}"}
+                record.update(self._meta())
+                self.rundir.append(record)
+                return record
+        record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, self._meta())
+        if not record.get("guest_usable", True):
+            self.guest.close()
+            self.guest = None
+        return record
+
+    def close(self):
+        if self.guest is not None:
+            self.guest.close()
+            self.guest = None
