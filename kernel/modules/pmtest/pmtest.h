@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pmtest.h - Internal interfaces of the pmtest system-sleep test module.
+ *
+ * The module is split into files with one job each:
+ *
+ *   pmtest_main.c     module init/exit, module parameters, debugfs root
+ *   pmtest_cb.c       callback names, the common callback path, PM events
+ *   pmtest_log.c      bounded callback log, debugfs "log", trace event
+ *   pmtest_knobs.c    fault/delay/child knobs and the device registry
+ *   pmtest_platform.c the pmtest_full, pmtest_compat and pmtest_legacy
+ *                     platform drivers and their device trees
+ *   pmtest_edu.c      PCI driver for QEMU's edu device
+ */
+#ifndef _PMTEST_H
+#define _PMTEST_H
+
+#include <linux/device.h>
+#include <linux/types.h>
+
+struct dentry;
+
+/* Longest device name kept in a log record or a knob, NUL included. */
+#define PMTEST_NAME_LEN		32
+
+/* "No PM event known": outside any dpm_* phase, or for prepare/complete. */
+#define PMTEST_EVENT_NONE	(-1)
+
+/**
+ * enum pmtest_cb - Callbacks the log and the knobs know about.
+ *
+ * All dev_pm_ops system-sleep callbacks, including the ones the project's
+ * patch series adds (quiesce*, recover*).  Legacy platform drivers log their
+ * ->suspend() and ->resume() as PMTEST_CB_SUSPEND and PMTEST_CB_RESUME.
+ * PMTEST_CB_REGISTER is not a PM callback: it marks the registration of a
+ * child device by the "child" knob and cannot be named in a knob.
+ */
+enum pmtest_cb {
+	PMTEST_CB_PREPARE,
+	PMTEST_CB_COMPLETE,
+	PMTEST_CB_SUSPEND,
+	PMTEST_CB_SUSPEND_LATE,
+	PMTEST_CB_SUSPEND_NOIRQ,
+	PMTEST_CB_RESUME_NOIRQ,
+	PMTEST_CB_RESUME_EARLY,
+	PMTEST_CB_RESUME,
+	PMTEST_CB_FREEZE,
+	PMTEST_CB_FREEZE_LATE,
+	PMTEST_CB_FREEZE_NOIRQ,
+	PMTEST_CB_THAW_NOIRQ,
+	PMTEST_CB_THAW_EARLY,
+	PMTEST_CB_THAW,
+	PMTEST_CB_POWEROFF,
+	PMTEST_CB_POWEROFF_LATE,
+	PMTEST_CB_POWEROFF_NOIRQ,
+	PMTEST_CB_RESTORE_NOIRQ,
+	PMTEST_CB_RESTORE_EARLY,
+	PMTEST_CB_RESTORE,
+	PMTEST_CB_QUIESCE,
+	PMTEST_CB_QUIESCE_LATE,
+	PMTEST_CB_QUIESCE_NOIRQ,
+	PMTEST_CB_RECOVER,
+	PMTEST_CB_RECOVER_EARLY,
+	PMTEST_CB_RECOVER_NOIRQ,
+	PMTEST_CB_REGISTER,
+	PMTEST_NR_CB,
+};
+
+/* pmtest_cb.c */
+const char *pmtest_cb_name(enum pmtest_cb cb);
+int pmtest_cb_parse(const char *name);
+bool pmtest_cb_atomic(enum pmtest_cb cb);
+const char *pmtest_event_name(int event);
+int pmtest_event_current(enum pmtest_cb cb);
+int pmtest_event_init(void);
+void pmtest_event_exit(void);
+int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event);
+void pmtest_cb_end(struct device *dev, enum pmtest_cb cb, int event, int ret);
+int pmtest_cb_run(struct device *dev, enum pmtest_cb cb);
+
+/* pmtest_log.c */
+extern bool pmtest_log_console;
+int pmtest_log_init(struct dentry *root);
+void pmtest_log_exit(void);
+void pmtest_log(const char *dev, enum pmtest_cb cb, int event, int ret);
+
+/* pmtest_knobs.c */
+int pmtest_knobs_init(struct dentry *root, const char *fault,
+		      const char *delay, const char *child);
+unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb);
+bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb);
+int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb);
+int pmtest_dev_add(struct device *dev, bool can_parent);
+void pmtest_dev_del(struct device *dev);
+
+/* pmtest_platform.c */
+int pmtest_platform_init(unsigned int depth, unsigned int fanout);
+void pmtest_platform_exit(void);
+void pmtest_platform_add_child(struct device *parent, int event);
+
+/* pmtest_edu.c */
+int pmtest_edu_init(struct dentry *root, bool quiesce);
+void pmtest_edu_exit(void);
+
+#endif /* _PMTEST_H */

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmtest_main.c - System-sleep test module: parameters, init and exit.
+ *
+ * pmtest.ko registers three platform drivers with trees of test devices
+ * (pmtest_platform.c) and a PCI driver for QEMU's edu device
+ * (pmtest_edu.c), logs every PM callback they get (pmtest_log.c) and lets
+ * tests delay callbacks, make them fail and register children from them
+ * (pmtest_knobs.c).  See README.md.
+ *
+ * The knob parameters are applied at init, before any system transition, so
+ * "pmtest.fault=..." on the command line of a kernel with pmtest built in,
+ * or modprobe parameters, reach the boot kernel of a hibernation restore.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/debugfs.h>
+#include <linux/init.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+
+#include "pmtest.h"
+
+static unsigned int depth = 2;
+module_param(depth, uint, 0444);
+MODULE_PARM_DESC(depth, "Levels of devices below each tree's root (default 2)");
+
+static unsigned int fanout = 2;
+module_param(fanout, uint, 0444);
+MODULE_PARM_DESC(fanout, "Children of each non-leaf device (default 2)");
+
+module_param_named(log_console, pmtest_log_console, bool, 0644);
+MODULE_PARM_DESC(log_console, "Also print every log record with pr_info (default 0)");
+
+static char *fault_param;
+module_param_named(fault, fault_param, charp, 0444);
+MODULE_PARM_DESC(fault, "Faults: dev|*:callback:errno:count[;...]");
+
+static char *delay_param;
+module_param_named(delay, delay_param, charp, 0444);
+MODULE_PARM_DESC(delay, "Delays: dev|*:callback:ms[;...]");
+
+static char *child_param;
+module_param_named(child, child_param, charp, 0444);
+MODULE_PARM_DESC(child, "Child registrations: dev:prepare|suspend[;...]");
+
+static bool edu_quiesce = true;
+module_param(edu_quiesce, bool, 0444);
+MODULE_PARM_DESC(edu_quiesce, "edu driver has ->quiesce/->recover if the kernel has them (default 1)");
+
+static struct dentry *pmtest_debugfs;
+
+static int __init pmtest_init(void)
+{
+	int ret;
+
+	pmtest_debugfs = debugfs_create_dir("pmtest", NULL);
+
+	ret = pmtest_log_init(pmtest_debugfs);
+	if (ret)
+		goto err_debugfs;
+
+	/* Not fatal: events are then implied by the callbacks. */
+	pmtest_event_init();
+
+	ret = pmtest_platform_init(depth, fanout);
+	if (ret)
+		goto err_event;
+
+	ret = pmtest_edu_init(pmtest_debugfs, edu_quiesce);
+	if (ret)
+		goto err_platform;
+
+	ret = pmtest_knobs_init(pmtest_debugfs, fault_param, delay_param,
+				child_param);
+	if (ret)
+		goto err_edu;
+
+	return 0;
+
+err_edu:
+	pmtest_edu_exit();
+err_platform:
+	pmtest_platform_exit();
+err_event:
+	debugfs_remove_recursive(pmtest_debugfs);
+	pmtest_event_exit();
+	pmtest_log_exit();
+
+	return ret;
+
+err_debugfs:
+	debugfs_remove_recursive(pmtest_debugfs);
+
+	return ret;
+}
+module_init(pmtest_init);
+
+static void __exit pmtest_exit(void)
+{
+	debugfs_remove_recursive(pmtest_debugfs);
+	pmtest_edu_exit();
+	pmtest_platform_exit();
+	pmtest_event_exit();
+	pmtest_log_exit();
+}
+module_exit(pmtest_exit);
+
+MODULE_DESCRIPTION("pmlab system-sleep callback test devices and log");
+MODULE_LICENSE("GPL");
