@@ -261,13 +261,17 @@ def delete_volumes(pool, names):
 # Machine profiles. q35 + OVMF is the default: UEFI firmware with a real S3
 # resume path. pc + SeaBIOS boots ~3x faster, but after an S3 resume
 # `poweroff -f` hangs there; it is an option, named for what it is.
+# Every PCI device gets a fixed slot on the root bus: libvirt would otherwise
+# put virtio devices behind pcie-root-ports on q35 (more devices to suspend)
+# and the edu device, added by QEMU arguments, could take a slot libvirt wants.
 PROFILES = {
     "q35-ovmf": {
         "machine": "q35",
+        "root_bus": "pcie.0",
         "loader": "/usr/share/OVMF/OVMF_CODE_4M.fd",
         "nvram_template": "/usr/share/OVMF/OVMF_VARS_4M.fd",
     },
-    "pc-seabios": {"machine": "pc", "loader": None, "nvram_template": None},
+    "pc-seabios": {"machine": "pc", "root_bus": "pci.0", "loader": None, "nvram_template": None},
 }
 
 
@@ -281,8 +285,9 @@ def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
     if p["loader"]:
         firmware = (f"<loader readonly='yes' type='pflash'>{p['loader']}</loader>"
                     f"<nvram template='{p['nvram_template']}'/>")
-    qemu_args = "".join(f"<qemu:arg value='-device'/><qemu:arg value='{escape(device)}'/>"
-                        for device in extra_devices)
+    qemu_args = "".join(
+        f"<qemu:arg value='-device'/><qemu:arg value='{escape(device)},bus={p['root_bus']},addr={slot:#x}'/>"
+        for slot, device in enumerate(extra_devices, start=0x10))
     return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>{escape(name)}</name>
   <memory unit='MiB'>{memory_mib}</memory>
@@ -308,8 +313,12 @@ def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
       <driver name='qemu' type='raw' cache='unsafe'/>
       <source pool='{POOL_NAME}' volume='{escape(swap_volume)}'/>
       <target dev='vda' bus='virtio'/>
+      <address type='pci' domain='0' bus='0' slot='3' function='0'/>
     </disk>
     <controller type='usb' model='none'/>
+    <controller type='virtio-serial' index='0'>
+      <address type='pci' domain='0' bus='0' slot='4' function='0'/>
+    </controller>
     <serial type='pty'>
       <log file='{escape(console_log)}' append='off'/>
       <target port='0'/>
