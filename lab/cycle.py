@@ -23,6 +23,7 @@ the console are captured and the domain is destroyed; the caller boots a
 fresh guest for the next cycle. `echo mem` returning is never proof.
 """
 
+import gzip
 import os
 import time
 import uuid
@@ -333,6 +334,12 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
         record.update(verdict="error", phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
                       guest_usable=False)
     else:
+        if reply is not None:  # the full report (whole trace buffer) stays next to the record
+            os.makedirs(rundir.file("reports"), exist_ok=True)
+            report_path = rundir.file("reports", f"cycle{number}.txt.gz")
+            with gzip.open(report_path, "wt") as out:
+                out.write(reply.output)
+            record["report"] = os.path.relpath(report_path, rundir.path)
         record.update(judge(cycle, reply, events, evidence))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False

@@ -1,0 +1,132 @@
+"""pytest entry for pmlab's lab.
+
+  /usr/bin/python3 -m pytest pytest/                       parsers + the default guest sample
+  /usr/bin/python3 -m pytest pytest/ -m 'not guest'        parsers only (no guest, seconds)
+  /usr/bin/python3 -m pytest pytest/ -m guest -n 2 --mode mem --cycles 10
+  ... --baseline | --artifacts DIR, --wake, --uri, --profile, --watchdog PHASE=S
+
+One test item per cycle (test_cycle[003-mem-pmwakeup]), so JUnit XML names
+the failing cycle. With pytest-xdist (-n N) each worker boots its own guest;
+all workers append to the same results/<run-id>/cycles.jsonl and the
+controller writes summary.json at the end.
+"""
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from lab import artifacts as artifacts_mod  # noqa: E402
+from lab import modes as modes_mod  # noqa: E402
+from lab import virt  # noqa: E402
+from lab.cycle import watchdogs_from  # noqa: E402
+from lab.records import RunDir, new_run_id  # noqa: E402
+
+RECORDINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recordings")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("pmlab", "pmlab guest cycles")
+    group.addoption("--cycles", help="cycles per mode (default sample: mem 10, freeze 5, disk 3)")
+    group.addoption("--mode", action="append",
+                    help="mem, freeze, disk, pm_test-LEVEL; repeat for several")
+    group.addoption("--wake", help="wake source (mem: pmwakeup|rtc, freeze: powerbutton, disk: platform|reboot)")
+    group.addoption("--artifacts", help="kernel artifact directory (default build/out)")
+    group.addoption("--baseline", action="store_true", help="use build/baseline/out")
+    group.addoption("--uri", default=virt.DEFAULT_URI, help="libvirt URI")
+    group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
+    group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
+    group.addoption("--lab-results", default=os.path.join(REPO, "results"), help="results root")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "guest: boots real QEMU guests through libvirt (slow)")
+    if hasattr(config, "workerinput"):
+        config.pmlab_run_id = config.workerinput["pmlab_run_id"]
+    else:
+        config.pmlab_run_id = new_run_id()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist: every worker writes into the controller's run directory."""
+    node.workerinput["pmlab_run_id"] = node.config.pmlab_run_id
+
+
+def _plan(config):
+    return modes_mod.plan(config.getoption("--mode"), config.getoption("--cycles"),
+                          config.getoption("--wake"))
+
+
+def pytest_generate_tests(metafunc):
+    if "cycle_spec" not in metafunc.fixturenames:
+        return
+    try:
+        plan = _plan(metafunc.config)
+    except virt.LabError as error:
+        raise pytest.UsageError(str(error))
+    specs, ids, number = [], [], 0
+    for mode, count in plan:
+        for _ in range(count):
+            number += 1
+            specs.append((mode, number))
+            ids.append(f"{number:03d}-{mode.name}-{mode.wake}")
+    metafunc.parametrize("cycle_spec", specs, ids=ids)
+
+
+def _artifacts_dir(config):
+    if config.getoption("--baseline"):
+        return artifacts_mod.BASELINE_DIR
+    return config.getoption("--artifacts") or artifacts_mod.DEFAULT_DIR
+
+
+@pytest.fixture(scope="session")
+def lab_run(request):
+    """The run directory and the checked inputs shared by guest tests: a
+    missing artifact or an unstartable libvirt fails here, clearly."""
+    config = request.config
+    try:
+        found = artifacts_mod.find(_artifacts_dir(config))
+        watchdogs = watchdogs_from(config.getoption("--watchdog"))
+        connection = virt.Connection(config.getoption("--uri"))
+    except virt.LabError as error:
+        pytest.fail(f"lab setup: {error}", pytrace=False)
+    rundir = RunDir(config.getoption("--lab-results"), config.pmlab_run_id)
+    worker = getattr(config, "workerinput", {}).get("workerid", "w0")
+    yield {"artifacts": found, "watchdogs": watchdogs, "connection": connection,
+           "rundir": rundir, "worker": worker, "uri": config.getoption("--uri"),
+           "profile": config.getoption("--profile")}
+
+
+@pytest.fixture(scope="session")
+def lab_session(lab_run):
+    from lab.session import Session
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      lab_run["watchdogs"], lab_run["worker"], connection=lab_run["connection"])
+    yield session
+    session.close()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    path = os.path.join(config.getoption("--lab-results"), config.pmlab_run_id)
+    if os.path.exists(os.path.join(path, "cycles.jsonl")):
+        summary = RunDir(config.getoption("--lab-results"), config.pmlab_run_id).write_summary()
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter:
+            reporter.write_line(f"pmlab: {summary['counts']} -> {path}/summary.json")
+
+
+@pytest.fixture
+def recording():
+    """Read a file recorded from a real guest, under pytest/recordings/."""
+    def read(name, mode="r"):
+        with open(os.path.join(RECORDINGS, name), mode) as source:
+            return source.read()
+    return read

@@ -1,0 +1,67 @@
+"""Real guests: one test item per sleep cycle, plus hang recovery.
+
+Every cycle boots nothing new unless the previous one left its guest
+unusable; the verdict comes from lab.cycle.judge, which demands proof of
+sleep (libvirt events, s2idle console marker + power button, boot id and
+tmpfs token across hibernation), not just a returning `echo mem`.
+"""
+
+import os
+
+import pytest
+
+from lab import modes
+from lab.cycle import Watchdogs
+
+pytestmark = pytest.mark.guest
+
+
+def _explain(record):
+    evidence = "\n".join(record.get("evidence", [])[-40:])
+    return (f"cycle {record['cycle']} ({record['mode']}/{record['wake']}) on {record.get('guest')}: "
+            f"{record['verdict']} in phase {record.get('phase')}: {record.get('reason')}\n"
+            f"console:\n{evidence}")
+
+
+def test_cycle(lab_session, cycle_spec):
+    mode, number = cycle_spec
+    record = lab_session.cycle(mode, number)
+    assert record["verdict"] == "pass", _explain(record)
+    assert record["status"] == "done"
+
+
+# Cycle numbers of the hang test, far above any sample so they stay unique in the run.
+HANG_CYCLE = 9001
+HANG_DELAY_MS = 40000  # pmtest's longest allowed delay is 60 s
+HANG_WATCHDOG = 15
+
+
+def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
+    """A pmtest delay past the suspend watchdog makes the cycle hang: it must
+    be recorded `hang` with console evidence and a QEMU state dump, and the
+    next cycle must pass in a fresh guest."""
+    from lab.session import Session
+    if not lab_run["artifacts"].modules:
+        pytest.fail(f"the hang test needs the pmtest modules: {lab_run['artifacts'].directory}/modules "
+                    "has no .ko (build them with kernel/build, then lab/build-initramfs)", pytrace=False)
+    defaults = lab_run["watchdogs"]
+    watchdogs = Watchdogs(boot=defaults.boot, suspend=HANG_WATCHDOG, resume=defaults.resume,
+                          hibernate=defaults.hibernate, restore=defaults.restore)
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      watchdogs, lab_run["worker"] + "-hang", connection=lab_run["connection"])
+    mem = modes.parse_mode("mem")
+    try:
+        hung = session.cycle(mem, HANG_CYCLE, [("delay", f"* suspend {HANG_DELAY_MS}")])
+        assert hung["verdict"] == "hang", _explain(hung)
+        assert hung["phase"] == "suspend", _explain(hung)
+        assert any("pmlab: cycle %d begin" % HANG_CYCLE in line for line in hung["evidence"]), _explain(hung)
+        dump = os.path.join(lab_run["rundir"].path, hung["hang_dump"])
+        with open(dump) as text:
+            assert "query-status" in text.read()
+        assert session.guest is None  # the hung guest is gone
+
+        after = session.cycle(mem, HANG_CYCLE + 1)
+        assert after["verdict"] == "pass", _explain(after)
+        assert after["guest"] != hung["guest"]
+    finally:
+        session.close()
