@@ -96,7 +96,8 @@ void pmtest_dev_del(struct device *dev);
 /* pmtest_platform.c */
 int pmtest_platform_init(unsigned int depth, unsigned int fanout);
 void pmtest_platform_exit(void);
-void pmtest_platform_add_child(struct device *parent, int event);
+void pmtest_platform_add_child(struct device *parent, enum pmtest_cb cb,
+			       int event);
 
 /* pmtest_edu.c */
 int pmtest_edu_init(struct dentry *root, bool quiesce);

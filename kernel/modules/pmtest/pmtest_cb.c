@@ -243,7 +243,7 @@ int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
 	}
 
 	if (pmtest_knob_child(dev, cb))
-		pmtest_platform_add_child(dev, event);
+		pmtest_platform_add_child(dev, cb, event);
 
 	return pmtest_knob_fault(dev, cb);
 }

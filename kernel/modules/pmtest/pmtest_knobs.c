@@ -406,6 +406,7 @@ static int pmtest_knob_param(enum pmtest_knob_type type, const char *param)
 {
 	char *f[PMTEST_KNOB_FIELDS];
 	char *buf, *s, *rec;
+	size_t len;
 	int ret = 0;
 
 	if (!param || !*param)
@@ -418,14 +419,17 @@ static int pmtest_knob_param(enum pmtest_knob_type type, const char *param)
 	s = buf;
 	while ((rec = strsep(&s, ";,")) != NULL) {
 		rec = strim(rec);
-		if (!*rec)
+		len = strlen(rec);
+		if (!len)
 			continue;
 		ret = pmtest_split_colons(rec, f, pmtest_knobs[type].nfields);
 		if (!ret)
 			ret = pmtest_knob_set(type, f);
 		if (ret) {
-			pr_err("%s=: bad record \"%s\": %d\n",
-			       pmtest_knobs[type].name, rec, ret);
+			/* Fields are split in place: quote the parameter. */
+			pr_err("%s=: bad record \"%.*s\": %d\n",
+			       pmtest_knobs[type].name, (int)len,
+			       param + (rec - buf), ret);
 			break;
 		}
 	}

@@ -252,6 +252,7 @@ static void pmtest_pdevs_remove(void)
 /**
  * pmtest_platform_add_child - Register a child device from a PM callback.
  * @parent: pmtest platform device whose callback runs.
+ * @cb: That callback, for the kernel log.
  * @event: PM event of that callback, for the log.
  *
  * Registers a device of the parent's driver under @parent synchronously,
@@ -259,7 +260,8 @@ static void pmtest_pdevs_remove(void)
  * PM core has blocked probing, so the child binds after ->complete.  A
  * "register" record logs the child's name (the parent's on failure).
  */
-void pmtest_platform_add_child(struct device *parent, int event)
+void pmtest_platform_add_child(struct device *parent, enum pmtest_cb cb,
+			       int event)
 {
 	struct platform_device *pdev;
 	int kind;
@@ -277,15 +279,16 @@ void pmtest_platform_add_child(struct device *parent, int event)
 
 	pdev = pmtest_pdev_create(kind, parent);
 	if (IS_ERR(pdev)) {
-		dev_err(parent, "registering a child failed: %ld\n",
-			PTR_ERR(pdev));
+		dev_err(parent, "registering a child in %s failed: %ld\n",
+			pmtest_cb_name(cb), PTR_ERR(pdev));
 		pmtest_log(dev_name(parent), PMTEST_CB_REGISTER, event,
 			   PTR_ERR(pdev));
 		return;
 	}
 
-	dev_info(parent, "registered child %s during %s\n",
-		 dev_name(&pdev->dev), pmtest_event_name(event));
+	dev_info(parent, "registered child %s in %s (event %s)\n",
+		 dev_name(&pdev->dev), pmtest_cb_name(cb),
+		 pmtest_event_name(event));
 	pmtest_log(dev_name(&pdev->dev), PMTEST_CB_REGISTER, event, 0);
 }
 
