@@ -178,21 +178,25 @@ class Cycle:
 
 # ------------------------------------------------------------------ judging
 
-def judge(cycle, reply, events, evidence):
-    """The verdict fields of a finished cycle (one whose guest replied, or not)."""
-    mode = cycle.mode
+def judge(mode, report, status, events, evidence, timeline, token, boot_id):
+    """The verdict fields of a finished cycle from what was observed: the
+    guest's report text and exit status (report None: the guest booted afresh
+    instead of resuming), the libvirt events [(time, kind, detail)], the
+    cycle's console lines, the host timeline [[step, time]], the tmpfs token
+    sent and the guest's boot id before the cycle. Pure: recorded cycles can
+    be judged again (pytest/test_judge.py)."""
     counts = {}
     for _, kind, _ in events:
         counts[kind] = counts.get(kind, 0) + 1
     result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
-    if reply is None:  # disk: booted afresh, the image was not resumed
+    if report is None:  # disk: booted afresh, the image was not resumed
         result.update(verdict="fail", phase="restore",
                       reason="the guest booted afresh instead of resuming from the hibernation image")
         return result
-    parts = guest_report.sections(reply.output)
-    if reply.status != 0 or "end" not in parts:
+    parts = guest_report.sections(report)
+    if status != 0 or "end" not in parts:
         result.update(verdict="error", phase="lab",
-                      reason=f"pmlab-cycle exited with {reply.status}: {reply.output.strip()[-300:]}")
+                      reason=f"pmlab-cycle exited with {status}: {report.strip()[-300:]}")
         return result
     before, enter, after = (guest_report.key_values(parts.get(n)) for n in ("before", "enter", "after"))
     stats_before = guest_report.suspend_stats(parts.get("suspend_stats_before"))
@@ -206,24 +210,26 @@ def judge(cycle, reply, events, evidence):
         guest_report.wakeup_sources(parts.get("wakeup_sources_before")),
         guest_report.wakeup_sources(parts.get("wakeup_sources_after")))
     result["phases"] = trace.phases_reached(events_trace)
-    result["callbacks"] = sequences
+    # Per device, in order: [callback, microseconds, error] (the report keeps the full trace).
+    result["callbacks"] = {device: [[call["cb"], call["us"], call["err"]] for call in calls]
+                           for device, calls in sequences.items()}
     result["pmtest"] = pmtest_log.by_device(pmtest_entries)
     result["trace_events"] = len(events_trace)
 
-    status = int(enter.get("status", "1"))
-    result["enter_status"] = status
-    if status != 0:
+    entered = int(enter.get("status", "1"))
+    result["enter_status"] = entered
+    if entered != 0:
         phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
         failed = trace.failed_callbacks(sequences)
         if not phase and failed:
             phase = trace.phase_of(failed[0][1])
         result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
                       reason=f"writing '{mode.state}' to /sys/power/state failed: "
-                             f"{enter.get('error') or 'status ' + str(status)}"
+                             f"{enter.get('error') or 'status ' + str(entered)}"
                              + (f"; failed callbacks: {failed}" if failed else ""))
         return result
 
-    missing = _proof(mode, cycle, counts, before, after, result)
+    missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
     failed = trace.failed_callbacks(sequences)
     if missing:
         result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing))
@@ -238,7 +244,7 @@ def judge(cycle, reply, events, evidence):
     return result
 
 
-def _proof(mode, cycle, counts, before, after, result):
+def _proof(mode, steps, token, boot_id, counts, before, after, result):
     """Fill result["proof"]; return the list of what is missing."""
     proof = result["proof"]
     missing = []
@@ -252,7 +258,6 @@ def _proof(mode, cycle, counts, before, after, result):
             missing.append(f"expected 1 PMSuspended and 1 PMWakeup event, got "
                            f"{proof['pmsuspend']} and {proof['pmwakeup']}")
     elif mode.kind == "freeze":
-        steps = dict(cycle.timeline)
         proof.update(s2idle_entered="s2idle-entered" in steps,
                      button_pressed="powerbutton-sent" in steps,
                      woke_after_press=steps.get("report", 0) > steps.get("powerbutton-sent", float("inf")),
@@ -261,8 +266,8 @@ def _proof(mode, cycle, counts, before, after, result):
         if not (proof["s2idle_entered"] and proof["button_pressed"] and proof["woke_after_press"]):
             missing.append("the guest did not stay in s2idle until the power button was pressed")
     elif mode.kind == "disk":
-        proof.update(boot_id_kept=before.get("boot_id") == after.get("boot_id") == cycle.guest.boot_id,
-                     token_kept=after.get("token") == cycle.token,
+        proof.update(boot_id_kept=before.get("boot_id") == after.get("boot_id") == boot_id,
+                     token_kept=after.get("token") == token,
                      stopped=counts.get("stopped", 0), pmsuspend_disk=counts.get("pmsuspend-disk", 0),
                      reboot=counts.get("reboot", 0))
         if mode.wake == "platform" and proof["stopped"] != 1:
@@ -298,7 +303,8 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     started = time.time()
     record = {"run_id": rundir.run_id, "cycle": number, "status": "started", "mode": mode.name,
               "wake": mode.wake, "pm_test": mode.pm_test, "guest": guest.name,
-              "host_start": iso(started), "knobs": [list(k) for k in knobs]}
+              "host_start": iso(started), "knobs": [list(k) for k in knobs],
+              "guest_boot_id": guest.boot_id}
     record.update(meta or {})
     rundir.append(record)
 
@@ -316,7 +322,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     all_lines = guest.console.lines(cycle.console_mark)
     evidence = console.cycle_lines(all_lines, number) or all_lines[-80:]
     record.update(status="done", host_end=iso(ended), host_seconds=round(ended - started, 3),
-                  timeline=cycle.timeline, guest_usable=True,
+                  timeline=cycle.timeline, guest_usable=True, token=cycle.token,
                   libvirt_events=[[round(t, 3), kind, detail] for t, kind, detail in events])
     if hang is not None:
         dump_path = rundir.file(f"hang-cycle{number}-{guest.name}.txt")
@@ -340,7 +346,8 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
             with gzip.open(report_path, "wt") as out:
                 out.write(reply.output)
             record["report"] = os.path.relpath(report_path, rundir.path)
-        record.update(judge(cycle, reply, events, evidence))
+        record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
+                            events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
     record["evidence"] = evidence

@@ -79,6 +79,7 @@ class Agent:
         self._stream = None
         self._next_id = int(time.time()) % 100000 * 1000  # distinct across guest restarts
         self.connected = False
+        self.tap = None  # called with every received chunk (recording raw protocol bytes)
 
     def attach(self, stream):
         """Use a (new) libvirt stream; a reader thread feeds the parser."""
@@ -95,6 +96,8 @@ class Agent:
                 data = b""
             if not isinstance(data, bytes) or not data:
                 break
+            if self.tap:
+                self.tap(data)
             with self._cond:
                 for reply in self._parser.feed(data):
                     self._replies[reply.id] = reply

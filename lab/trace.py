@@ -132,17 +132,23 @@ def unfinished_callbacks(sequences):
             for call in calls if call["us"] is None]
 
 
+# Verbs of the transitions that go down (suspend, hibernate); the others
+# (resume, thaw, restore, recover) come back up.
+DOWN_VERBS = ("suspend", "freeze", "hibernate", "quiesce")
+
+
 def phase_of(callback):
-    """PM phase of a callback label from callbacks(): "noirq bus [suspend]" ->
-    "suspend_noirq", "preparing driver [suspend]" -> "prepare"."""
+    """PM phase of a callback label from callbacks(): "noirq bus[suspend]" ->
+    "suspend_noirq". 6.1 traces ->prepare and ->complete with an empty info
+    ("[suspend]", "[resume]"): the direction of the verb tells them apart."""
     match = re.match(r"^(?P<info>.*?)\s*\[(?P<verb>[^\]]+)\]$", callback)
     if not match:
         return callback
     info, verb = match["info"].split(), match["verb"]
     first = info[0] if info else ""
-    if first == "preparing":
+    if first == "preparing" or (not info and verb in DOWN_VERBS):
         return "prepare"
-    if first == "completing":
+    if first == "completing" or not info:
         return "complete"
     if first in ("noirq", "late", "early"):
         return f"{verb}_{first}"

@@ -1,0 +1,108 @@
+"""Regenerate the recordings the parser tests read, from real guests.
+
+  cd <repo> && /usr/bin/python3 pytest/recordings/record.py [--baseline | --artifacts DIR]
+
+Boots guests through the lab (libvirt, q35+OVMF) and keeps, for each kind of
+cycle: the guest's report (report-<name>.txt.gz), the cycle records
+(cycles.jsonl: libvirt events, timeline, token, boot id, verdict) and the
+guest consoles; plus the raw bytes of the agent channel (agent-stream.bin)
+and a hung cycle's record, console and QEMU dump. Records are kept without
+their bulky callbacks/pmtest fields (the reports hold the full trace).
+Nothing here is invented:
+rerun it after changing the guest or the kernel and commit what it writes.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+from lab import artifacts, modes  # noqa: E402
+from lab.cycle import Watchdogs  # noqa: E402
+from lab.records import RunDir  # noqa: E402
+from lab.session import Session  # noqa: E402
+
+# (recording name, mode, wake, knobs)
+CYCLES = [
+    ("mem", "mem", None, ()),
+    ("mem-rtc", "mem", "rtc", ()),
+    ("freeze", "freeze", None, ()),
+    ("disk", "disk", None, ()),
+    ("disk-reboot", "disk", "reboot", ()),
+    ("pm_test-core", "pm_test-core", None, ()),
+    ("pm_test-devices", "pm_test-devices", None, ()),
+    ("pm_test-freezer", "pm_test-freezer", None, ()),
+    ("mem-fault-suspend", "mem", None, [("fault", "* suspend 5 1")]),
+    ("mem-fault-resume", "mem", None, [("fault", "* resume 5 1")]),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--artifacts")
+    parser.add_argument("--baseline", action="store_true")
+    args = parser.parse_args()
+    found = artifacts.find(artifacts.BASELINE_DIR if args.baseline else args.artifacts or artifacts.DEFAULT_DIR)
+    results = tempfile.mkdtemp(prefix="pmlab-record-")
+    rundir = RunDir(results, "recording")
+    session = Session(found, rundir, worker="rec")
+
+    # 1. Raw agent bytes: a few plain commands and one full cycle.
+    mem = modes.parse_mode("mem")
+    session.cycle(mem, 100)  # boots the guest
+    raw = bytearray()
+    session.guest.agent.tap = raw.extend
+    for command in ("echo hello", "printf 'no newline at end'", "printf '@pmlab-reply 9 9 9\\n' >&2; exit 3",
+                    "head -c 3000 /proc/kallsyms"):
+        session.guest.agent.call(command)
+    session.cycle(mem, 101)
+    session.guest.agent.tap = None
+    with gzip.open(os.path.join(HERE, "agent-stream.bin.gz"), "wb") as out:
+        out.write(raw)
+
+    # 2. One cycle of each kind, with the report kept.
+    names = {}
+    for number, (name, mode_name, wake, knobs) in enumerate(CYCLES, start=1):
+        record = session.cycle(modes.parse_mode(mode_name, wake), number, knobs)
+        names[number] = name
+        print(f"{name}: {record['verdict']} {record.get('phase')} {record.get('reason')}")
+        if record.get("report"):
+            shutil.copyfile(os.path.join(rundir.path, record["report"]),
+                            os.path.join(HERE, f"report-{name}.txt.gz"))
+    session.close()
+
+    # 3. A hung cycle: pmtest delay past a short suspend watchdog.
+    hang_session = Session(found, rundir, worker="hang",
+                           watchdogs=Watchdogs(suspend=10))
+    record = hang_session.cycle(mem, 200, [("delay", "* suspend 30000")])
+    print(f"hang: {record['verdict']} {record.get('phase')}")
+    shutil.copyfile(os.path.join(rundir.path, record["hang_dump"]), os.path.join(HERE, "hang-dump.txt"))
+    hang_session.close()
+
+    # Records (one line per finished cycle, reports named) and consoles.
+    with open(os.path.join(HERE, "cycles.jsonl"), "w") as out:
+        for line in open(rundir.cycles_path):
+            record = json.loads(line)
+            if record["status"] == "done":
+                record["recording"] = names.get(record["cycle"], "hang" if record["cycle"] == 200 else None)
+                # The reports hold these in full; keep the recording small.
+                record.pop("callbacks", None)
+                record.pop("pmtest", None)
+                out.write(json.dumps(record) + "\n")
+    consoles = sorted(os.listdir(rundir.file("console")))
+    for index, name in enumerate(consoles):
+        label = "hang" if "-hang-" in name else "cycles"
+        with open(rundir.file("console", name), "rb") as source, \
+                gzip.open(os.path.join(HERE, f"console-{label}.log.gz"), "wb") as out:
+            out.write(source.read())
+    print(f"recordings written to {HERE} (run directory {rundir.path})")
+
+
+if __name__ == "__main__":
+    main()

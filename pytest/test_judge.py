@@ -1,0 +1,108 @@
+"""lab.cycle.judge on recorded real cycles: judging the recording again gives
+the verdict the live run gave, and taking a piece of the proof away turns a
+pass into a fail (the judge can fail)."""
+
+import copy
+
+import pytest
+
+from lab import modes
+from lab.cycle import judge
+from recordings_util import records, report
+
+RECORDS = records()
+JUDGED = [name for name, record in RECORDS.items() if record.get("report")]
+
+
+def rejudge(name, record=None, report_text=None):
+    record = record or RECORDS[name]
+    mode = modes.parse_mode(record["mode"], record["wake"])
+    return judge(mode, report_text if report_text is not None else report(name), 0,
+                 record["libvirt_events"], record["evidence"], record["timeline"],
+                 record["token"], record["guest_boot_id"])
+
+
+@pytest.mark.parametrize("name", JUDGED)
+def test_rejudging_gives_the_recorded_verdict(name):
+    result = rejudge(name)
+    assert (result["verdict"], result["phase"]) == (RECORDS[name]["verdict"], RECORDS[name]["phase"])
+
+
+def test_every_mode_recorded():
+    assert {"mem", "mem-rtc", "freeze", "disk", "disk-reboot", "pm_test-core",
+            "mem-fault-suspend", "mem-fault-resume", "hang"} <= set(RECORDS)
+
+
+def test_mem_without_suspend_event_fails():
+    record = copy.deepcopy(RECORDS["mem"])
+    record["libvirt_events"] = [e for e in record["libvirt_events"] if e[1] != "pmsuspend"]
+    result = rejudge("mem", record)
+    assert result["verdict"] == "fail" and result["phase"] == "sleep"
+
+
+def test_mem_with_two_wakeups_fails():
+    record = copy.deepcopy(RECORDS["mem"])
+    record["libvirt_events"] += [e for e in record["libvirt_events"] if e[1] == "pmwakeup"]
+    assert rejudge("mem", record)["verdict"] == "fail"
+
+
+def test_freeze_without_button_press_fails():
+    record = copy.deepcopy(RECORDS["freeze"])
+    record["timeline"] = [step for step in record["timeline"] if step[0] != "powerbutton-sent"]
+    assert rejudge("freeze", record)["verdict"] == "fail"
+
+
+def test_freeze_report_before_press_fails():
+    record = copy.deepcopy(RECORDS["freeze"])
+    steps = dict(record["timeline"])
+    record["timeline"] = [[s, (steps["powerbutton-sent"] - 1 if s == "report" else t)]
+                          for s, t in record["timeline"]]
+    assert rejudge("freeze", record)["verdict"] == "fail"
+
+
+def test_hibernation_with_other_token_fails():
+    record = copy.deepcopy(RECORDS["disk"])
+    record["token"] = "0" * 32
+    result = rejudge("disk", record)
+    assert result["verdict"] == "fail" and "token" in result["reason"]
+
+
+def test_hibernation_with_new_boot_id_fails():
+    record = copy.deepcopy(RECORDS["disk"])
+    record["guest_boot_id"] = "00000000-0000-0000-0000-000000000000"
+    assert rejudge("disk", record)["verdict"] == "fail"
+
+
+def test_hibernation_that_booted_afresh_fails_in_restore():
+    record = RECORDS["disk"]
+    result = judge(modes.parse_mode("disk"), None, 0, record["libvirt_events"], record["evidence"],
+                   record["timeline"], record["token"], record["guest_boot_id"])
+    assert (result["verdict"], result["phase"]) == ("fail", "restore")
+
+
+def test_pm_test_with_a_real_suspend_event_fails():
+    record = copy.deepcopy(RECORDS["pm_test-core"])
+    record["libvirt_events"].append([0, "pmsuspend", None])
+    assert rejudge("pm_test-core", record)["verdict"] == "fail"
+
+
+def test_truncated_report_is_a_lab_error():
+    text = report("mem")
+    result = rejudge("mem", report_text=text[:len(text) // 2])
+    assert result["verdict"] == "error"
+
+
+def test_pass_record_carries_measurements():
+    result = rejudge("mem")
+    assert result["suspend_ms"] > 0 and result["resume_ms"] > 0
+    assert result["suspend_stats_delta"]["success"] == 1
+    first_call = result["callbacks"]["pmtest_full.0"][0]
+    assert first_call[0] == "[suspend]" and first_call[2] == 0  # ->prepare, traced with no info
+    assert result["pmtest"]["pmtest_full.0"]
+
+
+def test_hang_record_has_evidence():
+    hang = RECORDS["hang"]
+    assert hang["verdict"] == "hang" and hang["phase"] == "suspend"
+    assert any("pmlab: cycle 200 begin" in line for line in hang["evidence"])
+    assert hang["hang_dump"]
