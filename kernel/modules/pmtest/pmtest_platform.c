@@ -6,7 +6,8 @@
  *
  *   pmtest_full    every dev_pm_ops system-sleep callback, including the
  *                  quiesce and recover callbacks of the project's patch
- *                  series when <linux/pm.h> defines PM_OPS_HAS_QUIESCE
+ *                  series when PM_OPS_HAS_QUIESCE is defined (Kbuild does
+ *                  when the kernel's struct dev_pm_ops has ->quiesce)
  *   pmtest_compat  only the callbacks Linux 6.1 has
  *   pmtest_legacy  platform_driver.suspend/.resume, logging the
  *                  pm_message_t event ->suspend() receives
