@@ -1,0 +1,271 @@
+"""Judge observed device callbacks against the rules in rules.py.
+
+    violations = judge(calls, parents)
+
+`calls` is one kernel instance's callbacks in the order they ran (see
+observe.py); `parents` maps a device to its parent.  The calls are cut into
+transitions (prepare ... complete); inside each, every device is walked
+through a small state machine (levels up on the suspend side, mirrored back
+down on the resume side, ->complete iff ->prepare succeeded), the drivers we
+know are checked for the callback the rules say they get (fallbacks, legacy
+messages), and parents and children are checked for their order in every
+phase.  The first violation names the rule, the device and the calls around
+it.
+"""
+
+from dataclasses import dataclass, field
+
+from . import rules
+from .observe import device_name
+
+
+@dataclass
+class Violation:
+    rule: str
+    device: str
+    message: str
+    call: object = None
+    context: list = field(default_factory=list)
+
+    def __str__(self):
+        lines = [f"{self.rule}: {self.device}: {self.message}"]
+        lines += [f"  {'>' if c is self.call else ' '} {c}" for c in self.context]
+        return "\n".join(lines)
+
+
+def _context(calls, call, around=3):
+    if call is None:
+        return []
+    return calls[max(0, call.index - around):call.index + around + 1]
+
+
+def _is_suspend_side(call):
+    side, level, _ = rules.side_of(call.callback, call.event)
+    return side == "suspend" and level >= 1
+
+
+def transitions(calls):
+    """Cut calls into transitions.  A transition starts with a suspend-side
+    call (usually ->prepare); once it has had a ->complete, the next
+    prepare or suspend-side call after its suspend phase starts the next one.
+    A ->complete during the prepare phase (a retried ->prepare) does not end
+    a transition."""
+    groups, current = [], []
+    completed = suspended = prepare_failed = False
+    for call in calls:
+        starts = call.callback == "prepare" or _is_suspend_side(call) or (
+            call.driver == "pmtest_legacy" and call.callback == "suspend")
+        if current and starts and completed:
+            groups.append(current)
+            current, completed, suspended, prepare_failed = [], False, False, False
+        current.append(call)
+        if call.callback == "prepare" and call.ret not in (0, rules.EAGAIN):
+            prepare_failed = True
+        # Before any device is suspended, a ->complete is a retried
+        # ->prepare's, unless a ->prepare failed and the transition ends.
+        if call.callback == "complete" and (suspended or prepare_failed):
+            completed = True
+        if _is_suspend_side(call) or call.callback == "resume" or (
+                call.driver == "pmtest_legacy" and call.callback in ("suspend", "resume")):
+            suspended = True
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _level_of(call):
+    """(side, level) for a call, legacy suspend/resume being level 1."""
+    if call.driver == "pmtest_legacy" and call.callback in ("suspend", "resume"):
+        return call.callback, 1
+    side, level, _ = rules.side_of(call.callback, call.event)
+    return side, level
+
+
+class _Transition:
+    def __init__(self, calls, all_calls, last_in_kernel):
+        self.calls = [c for c in calls if c.callback != "register"]
+        self.registers = [c for c in calls if c.callback == "register"]
+        self.all_calls = all_calls
+        self.last_in_kernel = last_in_kernel
+        self.violations = []
+        first = next((c for c in self.calls if c.callback == "prepare" or _is_suspend_side(c)), None)
+        self.event = first.event if first else None
+        self.failed = any(
+            _level_of(c)[0] in ("prepare", "suspend") and c.ret != 0
+            and not (c.callback == "prepare" and c.ret == rules.EAGAIN)
+            for c in self.calls)
+
+    def flag(self, rule, call, message):
+        self.violations.append(Violation(rule, call.device if call else "-", message, call,
+                                         _context(self.all_calls, call)))
+
+    def judge(self, parents):
+        if self.event not in rules.SUSPEND_EVENTS:
+            return self.violations
+        undo = (rules.UNDO_AFTER_FAILURE if self.failed else rules.UNDO_AFTER_SUCCESS)[self.event]
+        self._events(undo)
+        devices = []
+        for call in self.calls:
+            if call.device not in devices:
+                devices.append(call.device)
+        registered_during = self._registered_during()
+        for device in devices:
+            self._device([c for c in self.calls if c.device == device], registered_during)
+        self._order(parents)
+        return self.violations
+
+    def _registered_during(self):
+        """{parent callback call index: child} for `register` records: the
+        child was registered inside the callback recorded right after it."""
+        out = {}
+        for register in self.registers:
+            later = [c for c in self.calls if c.index > register.index]
+            if later:
+                out[later[0].index] = register.device
+        return out
+
+    def _events(self, undo):
+        for call in self.calls:
+            side, level = _level_of(call)
+            if side in ("prepare", "suspend") and call.event != self.event:
+                what = "message" if call.driver == "pmtest_legacy" else "event"
+                self.flag("event", call, f"{call.callback} with {what} {call.event} in a "
+                          f"{self.event} transition")
+            elif side == "resume" and call.event not in undo:
+                self.flag("undo", call, f"{call.callback} ({call.event}) undoes a "
+                          f"{'failed' if self.failed else 'successful'} {self.event} "
+                          f"transition; the rules allow {sorted(undo) or 'nothing'}")
+
+    def _expected_callback(self, call):
+        """Check a known driver got the callback the rules give it."""
+        if call.driver not in rules.DRIVERS or rules.DRIVERS[call.driver].get("legacy"):
+            return
+        side, level = _level_of(call)
+        if side in ("suspend", "resume") and call.event in rules.CALLBACKS and level:
+            core = rules.CALLBACKS[call.event][level - 1]
+            wanted = rules.driver_callback(call.driver, core)
+            if wanted != call.callback:
+                self.flag("callback", call, f"{call.driver} ran {call.callback} where the core "
+                          f"ran {core}: the rules give it {wanted}")
+
+    def _device(self, calls, registered_during):
+        prepared = completed = retry_pending = may_prepare_again = False
+        reached, resumed, failed_at = [], [], None
+        suspend_started = False
+        legacy = calls[0].driver == "pmtest_legacy"
+        for call in calls:
+            self._expected_callback(call)
+            side, level = _level_of(call)
+            if side == "prepare":
+                if prepared:
+                    self.flag("prepare", call, "prepared again without ->complete")
+                elif completed and not may_prepare_again:
+                    self.flag("prepare", call, "prepared again in the same transition")
+                elif reached or resumed:
+                    self.flag("prepare", call, "->prepare after suspend callbacks")
+                may_prepare_again = False
+                if call.ret == 0:
+                    prepared, completed = True, False
+                    retry_pending = call.index in registered_during
+                elif call.ret != rules.EAGAIN:
+                    failed_at = 0
+            elif side == "complete":
+                if not prepared:
+                    self.flag("complete", call, "->complete without a successful ->prepare")
+                    continue
+                prepared, completed = False, True
+                if retry_pending and not suspend_started:
+                    call.tags.add("retry")
+                    retry_pending, may_prepare_again = False, True
+                    continue
+                if call.source == "pmtest" and resumed != list(reversed(reached)):
+                    self.flag("mirror", call, f"resume levels {resumed} do not mirror the "
+                              f"suspend levels {reached} before ->complete")
+            elif side == "suspend":
+                suspend_started = True
+                if retry_pending:
+                    child = next(v for k, v in registered_during.items() if k in
+                                 [c.index for c in calls])
+                    self.flag("child-prepare", call, f"child {child} was registered during "
+                              f"->prepare, but the device was not completed and prepared again")
+                    retry_pending = False
+                if not prepared and not legacy and call.source == "pmtest":
+                    self.flag("prepare", call, f"{call.callback} without a successful ->prepare")
+                if failed_at is not None:
+                    self.flag("after-failure", call, f"{call.callback} after a failed callback")
+                elif reached and level <= reached[-1]:
+                    self.flag("level", call, f"{call.callback} after level {reached[-1]}")
+                elif resumed:
+                    self.flag("level", call, f"{call.callback} after resume callbacks")
+                elif (call.driver in ("pmtest_full", "pmtest_compat")
+                      and level != (reached[-1] + 1 if reached else 1)):
+                    self.flag("level", call, f"{call.callback} skips a level after {reached}")
+                if call.ret == 0:
+                    reached.append(level)
+                else:
+                    failed_at = level
+            elif side == "resume" and call.source == "trace":
+                # The trace shows only callbacks that exist, and drivers may
+                # resume in a phase they did not suspend in (i8042 has
+                # ->resume_noirq alone): only a failed level is off limits.
+                if failed_at is not None and level >= failed_at:
+                    self.flag("resume", call, f"{call.callback} after its own level "
+                              f"{failed_at} callback failed")
+                elif resumed and level >= resumed[-1]:
+                    self.flag("level", call, f"{call.callback} after resume level {resumed[-1]}")
+                resumed.append(level)
+            elif side == "resume":
+                if level not in reached:
+                    self.flag("resume", call, f"{call.callback} for a level the device did not "
+                              f"suspend successfully (suspended: {reached})")
+                elif resumed and level >= resumed[-1]:
+                    self.flag("level", call, f"{call.callback} after resume level {resumed[-1]}")
+                resumed.append(level)
+        if retry_pending:
+            self.flag("child-prepare", calls[-1], "child registered during ->prepare, but the "
+                      "device was not completed and prepared again")
+        if prepared and not (self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
+            self.flag("complete", calls[-1], f"no ->complete after ->prepare in a {self.event} "
+                      f"transition")
+        if legacy and reached and resumed != list(reversed(reached)) and not (
+                self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
+            self.flag("mirror", calls[-1], f"legacy resume {resumed} does not mirror {reached}")
+
+    def _order(self, parents):
+        """Parents before children in prepare and resume phases, children
+        first in suspend phases and ->complete."""
+        phases = {}
+        for call in self.calls:
+            if "retry" in call.tags or call.ret == rules.EAGAIN:
+                continue
+            side, level = _level_of(call)
+            if side is None:
+                continue
+            phases.setdefault((side, level), {}).setdefault(call.device, call)
+        for (side, level), first in phases.items():
+            parent_first = rules.PARENT_FIRST[side]
+            by_name = {}
+            for device in first:
+                by_name.setdefault(device_name(device), []).append(device)
+            for device, call in first.items():
+                # parents are kernel device names; skip the ambiguous ones
+                candidates = by_name.get(parents.get(device), [])
+                if len(candidates) != 1:
+                    continue
+                parent = candidates[0]
+                other = first[parent]
+                if (other.index < call.index) != parent_first:
+                    order = "before" if parent_first else "after"
+                    self.flag("order", call, f"{call.callback} ran {'before' if call.index < other.index else 'after'} "
+                              f"parent {parent}'s {other.callback}; children run {order} "
+                              f"their parents in this phase")
+
+
+def judge(calls, parents=None):
+    """All violations in one kernel instance's calls, in transition order."""
+    parents = parents or {}
+    groups = transitions(calls)
+    violations = []
+    for number, group in enumerate(groups):
+        violations += _Transition(group, calls, number == len(groups) - 1).judge(parents)
+    return violations

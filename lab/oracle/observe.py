@@ -1,0 +1,157 @@
+"""Observed device callbacks, from the two records a guest keeps:
+
+- the pmtest log (kernel/modules/pmtest): the driver callback that ran, with
+  the PM event of the phase and its return value, for our test devices;
+- the trace buffer: power:device_pm_callback_start/end for every device,
+  placed in a phase by the power:suspend_resume dpm_* markers.
+Both become lists of Call, in the order the kernel ran them.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from lab import pmtest_log
+from lab import trace as trace_mod
+
+from . import rules
+
+PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d+)$")
+
+# dpm_* phase marker -> (side, level) of the callbacks run inside it
+PHASES = {
+    "dpm_prepare": ("prepare", 0), "dpm_suspend": ("suspend", 1),
+    "dpm_suspend_late": ("suspend", 2), "dpm_suspend_noirq": ("suspend", 3),
+    "dpm_resume_noirq": ("resume", 3), "dpm_resume_early": ("resume", 2),
+    "dpm_resume": ("resume", 1), "dpm_complete": ("complete", 0),
+}
+
+
+@dataclass
+class Call:
+    index: int                 # position in the source, for evidence
+    device: str
+    callback: str              # dev_pm_ops member (or "register" / legacy suspend|resume)
+    event: str                 # PM event of the phase (legacy: the message received)
+    ret: int
+    source: str                # "pmtest" or "trace"
+    driver: Optional[str] = None   # a key of rules.DRIVERS when known
+    text: str = ""
+    tags: set = field(default_factory=set)
+
+    def __str__(self):
+        return self.text or (f"{self.device} {self.callback} event={self.event} ret={self.ret}")
+
+
+def pmtest_driver(device):
+    match = PMTEST_NAME.match(device)
+    if match:
+        return match["driver"]
+    if PCI_NAME.match(device):
+        return "pmtest_edu"
+    return None
+
+
+def from_pmtest(text):
+    """Calls from pmtest log lines (debugfs, console or trace copies)."""
+    calls = []
+    for entry in pmtest_log.parse(text):
+        calls.append(Call(len(calls), entry["dev"], entry["cb"], entry["event"], entry["ret"],
+                          "pmtest", pmtest_driver(entry["dev"]),
+                          f"pmtest: seq={entry['seq']} dev={entry['dev']} cb={entry['cb']} "
+                          f"event={entry['event']} ret={entry['ret']}"))
+    return calls
+
+
+def pmtest_parents(calls, fanout=2):
+    """Parent of every pmtest platform device: the tree formula of the module
+    (parent of id i is (i-1)//fanout) for the initial tree, and the device
+    whose callback registered it for children added by the `child` knob (its
+    "register" record comes right before that callback's own record)."""
+    parents = {}
+    for position, call in enumerate(calls):
+        if call.callback == "register":
+            later = [c for c in calls[position + 1:] if c.callback != "register"]
+            if later:
+                parents[call.device] = later[0].device
+    for call in calls:
+        match = PMTEST_NAME.match(call.device)
+        if match and call.device not in parents:
+            number = int(match["id"])
+            if number > 0:
+                parents[call.device] = f"{match['driver']}.{(number - 1) // fanout}"
+    return parents
+
+
+def _trace_identity(driver, name):
+    return f"{name} ({driver.strip()})" if driver.strip() else name
+
+
+def device_name(device):
+    """The kernel's device name of a Call.device (trace identities carry the
+    driver in parentheses)."""
+    return device.split(" (", 1)[0]
+
+
+def from_trace(text):
+    """(calls, parents) from trace text: every device's callbacks, named as
+    the PM core dispatched them, with the parent the trace event reports."""
+    calls, parents, open_calls = [], {}, {}
+    side = level = None
+    for event in trace_mod.parse(text):
+        if event.name == "suspend_resume":
+            match = trace_mod.SUSPEND_RESUME.match(event.body)
+            if match and match["action"] in PHASES:
+                if match["edge"] == "begin":
+                    side, level = PHASES[match["action"]]
+                else:
+                    side = level = None
+        elif event.name == "device_pm_callback_start" and side:
+            match = trace_mod.CALLBACK_START.match(event.body)
+            if not match:
+                continue
+            verb = match["verb"]
+            if side in ("prepare", "complete"):
+                callback = side
+            elif verb in rules.CALLBACKS:
+                callback = rules.CALLBACKS[verb][level - 1]
+            else:
+                continue
+            # Names are not unique (an ACPI companion shares its device's
+            # name), so a device is its name and its driver/bus string.
+            device = _trace_identity(match["driver"], match["device"])
+            if match["parent"] != "none":
+                parents[device] = match["parent"]
+            call = Call(len(calls), device, callback, verb, 0, "trace", None,
+                        f"{event.ts:.6f} {match['driver']} {match['device']} {callback} [{verb}]")
+            calls.append(call)
+            open_calls.setdefault(device, []).append(call)
+        elif event.name == "device_pm_callback_end":
+            match = trace_mod.CALLBACK_END.match(event.body)
+            device = match and _trace_identity(match["driver"], match["device"])
+            if match and open_calls.get(device):
+                call = open_calls[device].pop()
+                call.ret = int(match["err"])
+                call.text += f" err={call.ret}"
+    return calls, parents
+
+
+def split_kernels(calls):
+    """Split pmtest records read from a console into one list per kernel
+    instance.  Within a kernel the sequence number goes up by one per record;
+    a fresh boot restarts it at 1 and a restored image continues from its
+    snapshot, so any jump marks another kernel."""
+    segments, current, last = [], [], None
+    for call in calls:
+        found = re.search(r"seq=(\d+)", call.text)
+        seq = int(found.group(1)) if found else None
+        if seq is not None and last is not None and seq != last + 1 and current:
+            segments.append(current)
+            current = []
+        current.append(call)
+        if seq is not None:
+            last = seq
+    if current:
+        segments.append(current)
+    return segments

@@ -1,0 +1,96 @@
+"""The seed's device PM rules as data (struct pm_ops, 2008 RFC, as carried
+into 6.1's struct dev_pm_ops by kernel/patches/).  lab/oracle/judge.py walks
+observed callbacks through these tables; nothing here knows about a test.
+
+Levels: 0 is ->prepare/->complete, 1 the main callback, 2 late/early,
+3 noirq.  Suspend-side callbacks of one transition go up the levels,
+resume-side ones come back down.
+"""
+
+# The dev_pm_ops member the PM core runs, per PM event and level 1..3.
+CALLBACKS = {
+    "suspend": ("suspend", "suspend_late", "suspend_noirq"),
+    "freeze": ("freeze", "freeze_late", "freeze_noirq"),
+    "quiesce": ("quiesce", "quiesce_late", "quiesce_noirq"),
+    "hibernate": ("poweroff", "poweroff_late", "poweroff_noirq"),
+    "resume": ("resume", "resume_early", "resume_noirq"),
+    "thaw": ("thaw", "thaw_early", "thaw_noirq"),
+    "restore": ("restore", "restore_early", "restore_noirq"),
+    "recover": ("recover", "recover_early", "recover_noirq"),
+}
+SUSPEND_EVENTS = ("suspend", "freeze", "quiesce", "hibernate")
+RESUME_EVENTS = ("resume", "thaw", "restore", "recover")
+
+# callback name -> (event, level) for every leveled callback
+CALLBACK_LEVEL = {cb: (event, level + 1)
+                  for event, cbs in CALLBACKS.items() for level, cb in enumerate(cbs)}
+
+# The event that undoes a suspend-side event (seed pm.h, PM_EVENT_* comment):
+# after a transition that went through, and after one that failed.  A freeze
+# that went through is undone by thaw once the image is written, or by restore
+# in the image kernel after the image came back.
+UNDO_AFTER_SUCCESS = {"suspend": {"resume"}, "freeze": {"thaw", "restore"},
+                      "quiesce": set(), "hibernate": {"restore"}}
+UNDO_AFTER_FAILURE = {"suspend": {"resume"}, "freeze": {"recover"},
+                      "quiesce": {"recover"}, "hibernate": {"restore"}}
+
+# Transitions after which the kernel legitimately stops (jumps to the image, or
+# powers off) with devices still suspended.
+MAY_END_SUSPENDED = {"quiesce", "hibernate"}
+
+# A driver without the callback gets this one instead (patch 1's fallback).
+FALLBACK = {
+    "quiesce": "freeze", "quiesce_late": "freeze_late", "quiesce_noirq": "freeze_noirq",
+    "recover": "thaw", "recover_early": "thaw_early", "recover_noirq": "thaw_noirq",
+}
+
+# ->prepare returning -EAGAIN is retried at once (main.c); it is no failure.
+EAGAIN = -11
+
+SYSTEM_SLEEP_61 = frozenset(
+    ("prepare", "complete")
+    + CALLBACKS["suspend"] + CALLBACKS["resume"] + CALLBACKS["freeze"]
+    + CALLBACKS["thaw"] + CALLBACKS["hibernate"] + CALLBACKS["restore"])
+SEED_ADDITIONS = frozenset(CALLBACKS["quiesce"] + CALLBACKS["recover"])
+
+# The pmtest drivers (kernel/modules/pmtest/README.md): what each implements.
+# "legacy" drivers have platform_driver.suspend/.resume and log the event of
+# the pm_message_t they receive.
+DRIVERS = {
+    "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS},
+    "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61},
+    "pmtest_edu": {"callbacks": frozenset((
+        "prepare", "complete", "suspend", "resume", "freeze", "thaw",
+        "poweroff", "restore", "quiesce", "recover"))},
+    "pmtest_legacy": {"legacy": True},
+}
+
+# Cross-device order within one phase (the parent/child rules): True means a
+# parent's callback runs before its children's.
+PARENT_FIRST = {"prepare": True, "suspend": False, "resume": True, "complete": False}
+
+
+def driver_callback(driver, callback):
+    """The callback a driver actually gets when the core runs `callback`:
+    itself, its fallback, or None when the driver has neither."""
+    implemented = DRIVERS[driver]["callbacks"]
+    if callback in implemented:
+        return callback
+    fallback = FALLBACK.get(callback)
+    if fallback in implemented:
+        return fallback
+    return None
+
+
+def side_of(callback, event):
+    """("prepare"|"complete"|"suspend"|"resume", level, event) of a callback
+    name; a legacy "suspend"/"resume" takes the event it was given."""
+    if callback == "prepare":
+        return "prepare", 0, event
+    if callback == "complete":
+        return "complete", 0, event
+    if callback in CALLBACK_LEVEL:
+        cb_event, level = CALLBACK_LEVEL[callback]
+        side = "suspend" if cb_event in SUSPEND_EVENTS else "resume"
+        return side, level, cb_event
+    return None, None, event
