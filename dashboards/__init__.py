@@ -1,0 +1,1 @@
+"""pmlab dashboards: schemas for results, run manifests, dashboard JSON and page."""
