@@ -1,0 +1,164 @@
+"""Failure buckets: the one place a cycle is classified.
+
+classify(cycle) -> sorted list of bucket names for one normalised cycle
+(dashboards/inputs.py). A passing cycle usually has none; a cycle can have
+one verdict bucket plus flag buckets:
+
+  verdict buckets (one at most, from verdict / phase / reason):
+    fail-in-<phase>:<device>:<errno>   a callback returned an error (device and
+                                       errno from the callbacks field, else
+                                       suspend_stats, else the reason text)
+    fail-in-<phase>                    failed, no failing device known
+    fake-sleep                         "echo mem" returned but there is no proof
+                                       the guest slept (lab phase "sleep")
+    hang-in-<phase>                    verdict hang; hang-in-unfinished when the
+                                       cycle has only its "started" line
+    error:<reason class>               the lab failed, not the kernel (digits
+                                       and hex in the reason are masked)
+  flag buckets (any verdict, pass included):
+    kernel-warning                     WARNING / BUG / Oops / panic / Call Trace
+                                       among the cycle's problem lines
+    ordering-violation[:<rule>]        the record's ordering_violations list, or
+                                       a console line from the PM core about
+                                       order ("... should not be sleeping")
+"""
+
+import errno
+import re
+
+VERDICT_KINDS = ("fail", "fake-sleep", "hang", "error")
+FLAG_KINDS = ("kernel-warning", "ordering-violation")
+
+KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
+ORDERING_LINE = re.compile(r"should not be sleeping|ordering violation", re.IGNORECASE)
+# "[('pmtest_legacy.6', 'bus[suspend]', -5)]" as lab/cycle.py writes failed callbacks.
+FAILED_CALLBACK = re.compile(r"\('(?P<device>[^']*)', '(?P<cb>[^']*)', (?P<err>-?\d+)\)")
+PHASE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def errno_name(err):
+    """-5 -> "EIO"; unknown numbers stay numbers."""
+    return errno.errorcode.get(abs(err), str(err))
+
+
+def phase_token(phase):
+    """A phase as one token: "thaw_processes[0] end" -> "thaw_processes"."""
+    if not isinstance(phase, str):
+        return "unknown"
+    match = PHASE.match(phase.strip())
+    return match.group(0) if match else "unknown"
+
+
+def callback_phase(label):
+    """The PM phase of a callback label as lab/trace.py writes it:
+    "noirq bus[suspend]" -> "suspend_noirq", "[resume]" -> "resume",
+    "preparing driver[suspend]" -> "prepare"."""
+    match = re.match(r"^(?P<info>.*?)\s*\[(?P<verb>[^\]]+)\]$", label or "")
+    if not match:
+        return label or "unknown"
+    info, verb = match["info"].split(), match["verb"]
+    first = info[0] if info else ""
+    if first == "preparing":
+        return "prepare"
+    if first == "completing":
+        return "complete"
+    if first in ("noirq", "late", "early"):
+        return f"{verb}_{first}"
+    return verb
+
+
+def failing_device(cycle):
+    """(device, errno int) of the callback that failed first, or None."""
+    failed = []
+    for order, (device, calls) in enumerate(cycle["callbacks"].items()):
+        for index, call in enumerate(calls):
+            if call["err"]:
+                when = call["t"] if call["t"] is not None else float("inf")
+                failed.append((when, order, index, device, call["err"]))
+    if failed:
+        _, _, _, device, err = min(failed)
+        return device, err
+    stats = cycle.get("suspend_stats_delta") or {}
+    counted = any(isinstance(v, int) and v > 0 for k, v in stats.items() if k.startswith("failed_"))
+    if counted and isinstance(stats.get("last_failed_dev"), str) and isinstance(stats.get("last_failed_errno"), int):
+        return stats["last_failed_dev"], stats["last_failed_errno"]
+    match = FAILED_CALLBACK.search(cycle.get("reason") or "")
+    if match:
+        return match["device"], int(match["err"])
+    return None
+
+
+def error_class(reason):
+    """Reason text -> a short stable class: the part before the first ": ",
+    with numbers masked, at most 80 characters."""
+    text = (reason or "unknown").split(": ", 1)[0].strip() or "unknown"
+    text = re.sub(r"0x[0-9a-fA-F]+", "0xX", text)
+    text = re.sub(r"\d+", "N", text)
+    return text[:80]
+
+
+def verdict_bucket(cycle):
+    verdict = cycle["verdict"]
+    if verdict == "pass":
+        return None
+    if verdict == "hang":
+        return "hang-in-unfinished" if cycle["unfinished"] else f"hang-in-{phase_token(cycle['phase'])}"
+    if verdict == "error":
+        return f"error:{error_class(cycle['reason'])}"
+    phase = phase_token(cycle["phase"])
+    if phase == "sleep" or (cycle["reason"] or "").startswith("no proof of sleep"):
+        return "fake-sleep"
+    failing = failing_device(cycle)
+    if failing:
+        return f"fail-in-{phase}:{failing[0]}:{errno_name(failing[1])}"
+    return f"fail-in-{phase}"
+
+
+def flag_buckets(cycle):
+    flags = set()
+    if any(KERNEL_WARNING.search(line) for line in cycle["problems"]):
+        flags.add("kernel-warning")
+    for violation in cycle["ordering_violations"]:
+        rule = violation.get("rule") if isinstance(violation, dict) else None
+        flags.add(f"ordering-violation:{rule}" if isinstance(rule, str) and rule else "ordering-violation")
+    if any(ORDERING_LINE.search(line) for line in cycle["problems"] + cycle["evidence"]):
+        flags.add("ordering-violation")
+    return flags
+
+
+def classify(cycle):
+    found = flag_buckets(cycle)
+    primary = verdict_bucket(cycle)
+    if primary:
+        found.add(primary)
+    return sorted(found)
+
+
+def kind_of(bucket):
+    """The family of a bucket name (for the page's colours and filters)."""
+    for kind in ("fake-sleep", "kernel-warning", "ordering-violation"):
+        if bucket == kind or bucket.startswith(kind + ":"):
+            return kind
+    if bucket.startswith("fail-in-"):
+        return "fail"
+    if bucket.startswith("hang-in-"):
+        return "hang"
+    if bucket.startswith("error:"):
+        return "error"
+    return "other"
+
+
+def example_line(cycle, bucket):
+    """Evidence for a bucket: the console/problem line or reason that shows it."""
+    kind = kind_of(bucket)
+    if kind == "kernel-warning":
+        return next((line for line in cycle["problems"] if KERNEL_WARNING.search(line)), None)
+    if kind == "ordering-violation":
+        for violation in cycle["ordering_violations"]:
+            if isinstance(violation, dict):
+                return str(violation.get("message") or violation)[:500]
+            return str(violation)[:500]
+        return next((line for line in cycle["problems"] + cycle["evidence"] if ORDERING_LINE.search(line)), None)
+    if cycle["problems"]:
+        return cycle["problems"][0]
+    return None

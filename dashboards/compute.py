@@ -1,0 +1,329 @@
+"""Dashboard JSON from one or many runs.
+
+  /usr/bin/python3 -m dashboards.compute RESULTS_DIR_OR_RUN_DIRS... [-o dashboard.json] [--strict]
+
+Sections (dashboards/schema/dashboard.v1.json):
+  success      per mode: verdict counts, success rate and its Wilson 95 %
+               interval. Rate = pass / (pass + fail + hang); a cycle with only
+               its "started" line is a hang; "error" (the lab failed, not the
+               kernel) is counted but left out of the rate.
+  buckets      failure buckets (dashboards/buckets.py) with counts per mode and
+               first / last occurrence (run id, cycle, host_start).
+  failures     every cycle that did not pass, oldest first (the newest 500).
+  latency      per device and PM phase: callback time median / p95 / max (us)
+               from the records' callbacks field; top_p95 lists the slowest.
+  timing       guest suspend_ms / resume_ms of passing cycles per mode:
+               fixed histogram bins and percentiles.
+  trends       builds (project commit + kernel series hash + variant) in order
+               of their first cycle; per mode: pass counts per build, first
+               fail, last pass, failing since.
+  runs         per run id: cycles, time span, builds, manifests.
+  input_errors malformed input, with file and line (also printed on stderr).
+
+Output is a function of the set of records only: sorted keys, no clock
+reads, no file names outside input_errors, order-independent statistics.
+The same records read from one run directory or from shards of it give the
+same dashboard.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+from dashboards import buckets, inputs as inputs_module
+
+SCHEMA = "pmlab-dashboard/1"
+Z95 = 1.959963984540054
+VERDICTS = ("pass", "fail", "hang", "error")
+HISTOGRAM_EDGES_MS = [0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 400, 500, 750, 1000, 2000, 5000]
+TOP_N = 25
+MAX_FAILURES = 500
+
+
+def wilson(successes, trials, z=Z95):
+    """Wilson score interval [low, high] for a binomial proportion, or None."""
+    if trials <= 0:
+        return None
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+def nearest_rank(ordered, fraction):
+    """The nearest-rank percentile of an already sorted list."""
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def distribution(values):
+    """n, min, mean, p50, p90, p95, p99, max of values (order-independent)."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return {"n": len(ordered), "min": round(ordered[0], 3),
+            "mean": round(math.fsum(ordered) / len(ordered), 3),
+            "p50": round(statistics.median(ordered), 3), "p90": round(nearest_rank(ordered, 0.90), 3),
+            "p95": round(nearest_rank(ordered, 0.95), 3), "p99": round(nearest_rank(ordered, 0.99), 3),
+            "max": round(ordered[-1], 3)}
+
+
+def histogram(values, edges=HISTOGRAM_EDGES_MS):
+    """[{"lo", "hi", "count"}]: [lo, hi) bins, the last one open (hi null)."""
+    bins = [{"lo": lo, "hi": hi, "count": 0} for lo, hi in zip(edges, edges[1:] + [None])]
+    for value in values:
+        for item in reversed(bins):
+            if value >= item["lo"]:
+                item["count"] += 1
+                break
+    return bins
+
+
+def occurrence(cycle):
+    return {"run_id": cycle["run_id"], "cycle": cycle["cycle"], "host_start": cycle["host_start"],
+            "mode": cycle["mode"]}
+
+
+def order_key(cycle):
+    """Chronological order of cycles, deterministic for equal or missing times."""
+    start = cycle["start"]
+    return (start is None, start if start is not None else 0.0, cycle["run_id"], cycle["cycle"])
+
+
+def build_key(cycle):
+    commit = (cycle["commit"] or "unknown")[:12]
+    key = f"{commit}/{cycle['series_hash'] or 'none'}"
+    return key + (f"/{cycle['variant']}" if cycle["variant"] else "")
+
+
+# ------------------------------------------------------------------ sections
+
+def verdict_counts(group):
+    counts = {verdict: 0 for verdict in VERDICTS}
+    counts["unfinished"] = 0
+    for cycle in group:
+        counts[cycle["verdict"]] += 1
+        counts["unfinished"] += cycle["unfinished"]
+    judged = counts["pass"] + counts["fail"] + counts["hang"]
+    return {"cycles": len(group), "counts": counts, "judged": judged,
+            "rate": round(counts["pass"] / judged, 4) if judged else None,
+            "ci95": wilson(counts["pass"], judged)}
+
+
+def success(cycles):
+    modes = sorted({c["mode"] for c in cycles})
+    return {"definition": "pass / (pass + fail + hang); unfinished cycles are hangs; "
+                          "lab errors are counted but not judged; ci95: Wilson score interval",
+            "all": verdict_counts(cycles),
+            "modes": {mode: verdict_counts([c for c in cycles if c["mode"] == mode]) for mode in modes}}
+
+
+def bucket_section(cycles):
+    found = {}
+    for cycle in sorted(cycles, key=order_key):
+        for name in cycle["buckets"]:
+            entry = found.get(name)
+            if entry is None:
+                entry = found[name] = {"bucket": name, "kind": buckets.kind_of(name), "count": 0, "modes": {},
+                                       "first": occurrence(cycle), "reason": cycle["reason"],
+                                       "evidence": buckets.example_line(cycle, name)}
+            entry["count"] += 1
+            entry["modes"][cycle["mode"]] = entry["modes"].get(cycle["mode"], 0) + 1
+            entry["last"] = occurrence(cycle)
+    return sorted(found.values(), key=lambda e: (-e["count"], e["bucket"]))
+
+
+def failures(cycles):
+    failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] != "pass"]
+    rows = [dict(occurrence(c), verdict=c["verdict"], unfinished=c["unfinished"], phase=c["phase"],
+                 reason=c["reason"], buckets=c["buckets"]) for c in failed[-MAX_FAILURES:]]
+    return {"total": len(failed), "shown": len(rows), "cycles": rows}
+
+
+def latency(cycles):
+    samples = {}  # (device, phase) -> {"us": [...], "errors": n, "unfinished": n}
+    drivers = {}
+    for cycle in cycles:
+        for device, calls in cycle["callbacks"].items():
+            for call in calls:
+                phase = buckets.callback_phase(call["cb"])
+                entry = samples.setdefault((device, phase), {"us": [], "errors": 0, "unfinished": 0})
+                if call["us"] is None:
+                    entry["unfinished"] += 1
+                else:
+                    entry["us"].append(call["us"])
+                if call["err"]:
+                    entry["errors"] += 1
+                if call["driver"]:
+                    drivers.setdefault(device, set()).add(call["driver"])
+    devices = {}
+    rows = []
+    for (device, phase), entry in samples.items():
+        ordered = sorted(entry["us"])
+        stats = {"n": len(ordered), "errors": entry["errors"], "unfinished": entry["unfinished"],
+                 "median": round(statistics.median(ordered), 1) if ordered else None,
+                 "p95": round(nearest_rank(ordered, 0.95), 1) if ordered else None,
+                 "max": round(ordered[-1], 1) if ordered else None}
+        block = devices.setdefault(device, {"driver": ",".join(sorted(drivers.get(device, ()))) or None,
+                                            "phases": {}})
+        block["phases"][phase] = stats
+        if ordered:
+            rows.append({"device": device, "driver": block["driver"], "phase": phase, **stats})
+    rows.sort(key=lambda r: (-r["p95"], -r["max"], r["device"], r["phase"]))
+    return {"unit": "us", "devices": devices, "top_p95": rows[:TOP_N]}
+
+
+def timing(cycles):
+    passing = [c for c in cycles if c["verdict"] == "pass"]
+    modes = {}
+    for mode in sorted({c["mode"] for c in passing}):
+        block = {}
+        for field in ("suspend_ms", "resume_ms"):
+            values = [c[field] for c in passing if c["mode"] == mode and c[field] is not None]
+            if values:
+                block[field] = {"stats": distribution(values), "histogram": histogram(values)}
+        if block:
+            modes[mode] = block
+    return {"unit": "ms", "cycles": "pass", "bin_edges": HISTOGRAM_EDGES_MS, "modes": modes}
+
+
+def trends(cycles):
+    builds = {}
+    for cycle in sorted(cycles, key=order_key):
+        key = build_key(cycle)
+        build = builds.get(key)
+        if build is None:
+            build = builds[key] = {"key": key, "commit": cycle["commit"], "series_hash": cycle["series_hash"],
+                                   "variant": cycle["variant"], "first_start": cycle["host_start"],
+                                   "runs": [], "modes": {}, "_cycles": {}}
+        build["last_start"] = cycle["host_start"]
+        if cycle["run_id"] not in build["runs"]:
+            build["runs"].append(cycle["run_id"])
+        build["_cycles"].setdefault(cycle["mode"], []).append(cycle)
+    ordered = list(builds.values())  # dicts keep insertion order: chronological by first cycle
+    for build in ordered:
+        build["runs"].sort()
+        for mode, group in sorted(build.pop("_cycles").items()):
+            block = verdict_counts(group)
+            bad = block["counts"]["fail"] + block["counts"]["hang"]
+            block["status"] = "fail" if bad else ("pass" if block["counts"]["pass"] else "unknown")
+            block["first_fail"] = next((occurrence(c) for c in group if c["verdict"] in ("fail", "hang")), None)
+            block["last_pass"] = next((occurrence(c) for c in reversed(group) if c["verdict"] == "pass"), None)
+            build["modes"][mode] = block
+    modes = {}
+    for mode in sorted({c["mode"] for c in cycles}):
+        history = [(b["key"], b["modes"][mode]) for b in ordered if mode in b["modes"]
+                   and b["modes"][mode]["status"] != "unknown"]
+        first_fail = next(({"build": key, **m["first_fail"]} for key, m in history if m["status"] == "fail"), None)
+        last_pass = next(({"build": key, **m["last_pass"]} for key, m in reversed(history) if m["status"] == "pass"),
+                         None)
+        failing_since = None
+        for key, block in reversed(history):
+            if block["status"] != "fail":
+                break
+            failing_since = {"build": key, **block["first_fail"]}
+        modes[mode] = {"builds": len(history), "current": history[-1][1]["status"] if history else "unknown",
+                       "first_fail": first_fail, "last_pass": last_pass, "failing_since": failing_since}
+    return {"builds": ordered, "modes": modes}
+
+
+def runs(cycles, manifests):
+    out = {}
+    for cycle in sorted(cycles, key=order_key):
+        run = out.setdefault(cycle["run_id"], {"cycles": 0, "modes": {}, "builds": [],
+                                               "first_start": cycle["host_start"]})
+        run["cycles"] += 1
+        run["modes"][cycle["mode"]] = run["modes"].get(cycle["mode"], 0) + 1
+        run["last_start"] = cycle["host_start"]
+        if build_key(cycle) not in run["builds"]:
+            run["builds"].append(build_key(cycle))
+    for run_id, run in out.items():
+        seen = set()
+        run["manifests"] = []
+        for manifest in manifests.get(run_id, []):
+            brief = manifest_brief(manifest)
+            text = json.dumps(brief, sort_keys=True)
+            if text not in seen:
+                seen.add(text)
+                run["manifests"].append(brief)
+        run["manifests"].sort(key=lambda m: json.dumps(m, sort_keys=True))
+    return out
+
+
+def manifest_brief(manifest):
+    """What identifies a run's setup (no shard number, nothing per-run)."""
+    project, kernel = manifest.get("project") or {}, manifest.get("kernel") or {}
+    tools, host = manifest.get("tools") or {}, manifest.get("host") or {}
+    return {"commit": project.get("commit"), "dirty": project.get("dirty"),
+            "tree_version": kernel.get("tree_version"), "kernelrelease": kernel.get("kernelrelease"),
+            "series_hash": kernel.get("series_hash"), "config_hash": kernel.get("config_hash"),
+            "variant": kernel.get("variant"),
+            "qemu": tools.get("qemu"), "ovmf": tools.get("ovmf"), "libvirtd": tools.get("libvirtd"),
+            "libvirt_daemon_system": tools.get("libvirt_daemon_system"),
+            "host": host.get("hostname"), "host_kernel": host.get("kernel"), "host_os": host.get("os")}
+
+
+# ------------------------------------------------------------------ entry points
+
+def build(loaded):
+    """The dashboard dict from dashboards.inputs.load() output."""
+    cycles = loaded.cycles
+    for cycle in cycles:
+        cycle["buckets"] = buckets.classify(cycle)
+    return {
+        "schema": SCHEMA,
+        "inputs": {"cycles": len(cycles), "runs": len({c["run_id"] for c in cycles}),
+                   "excluded_cycles": loaded.excluded, "modes": sorted({c["mode"] for c in cycles}),
+                   "first_start": min((c["host_start"] for c in cycles if c["host_start"]), default=None,
+                                      key=lambda s: inputs_module.epoch(s) or 0.0),
+                   "last_start": max((c["host_start"] for c in cycles if c["host_start"]), default=None,
+                                     key=lambda s: inputs_module.epoch(s) or 0.0)},
+        "input_errors": loaded.sorted_errors(),
+        "success": success(cycles),
+        "buckets": bucket_section(cycles),
+        "failures": failures(cycles),
+        "latency": latency(cycles),
+        "timing": timing(cycles),
+        "trends": trends(cycles),
+        "runs": runs(cycles, loaded.manifests),
+    }
+
+
+def compute(paths):
+    return build(inputs_module.load(paths))
+
+
+def dumps(dashboard):
+    return json.dumps(dashboard, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="pmlab dashboard JSON from result runs")
+    parser.add_argument("paths", nargs="+", metavar="RESULTS_DIR_OR_RUN_DIR",
+                        help="a results directory (every run under it), a run directory or a cycles.jsonl")
+    parser.add_argument("-o", "--output", help="write here (default: stdout)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    args = parser.parse_args(argv)
+    dashboard = compute(args.paths)
+    for error in dashboard["input_errors"]:
+        where = error["file"] + (f":{error['line']}" if error["line"] else "")
+        print(f"{where}: {error['message']}", file=sys.stderr)
+    text = dumps(dashboard)
+    if args.output:
+        temporary = f"{args.output}.{os.getpid()}"
+        with open(temporary, "w") as out:
+            out.write(text)
+        os.replace(temporary, args.output)
+        print(f"dashboard: {dashboard['inputs']['cycles']} cycles from {dashboard['inputs']['runs']} runs, "
+              f"{len(dashboard['input_errors'])} input errors -> {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 1 if args.strict and dashboard["input_errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

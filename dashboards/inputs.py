@@ -1,0 +1,259 @@
+"""Reading results for the dashboard: run directories, their cycles.jsonl,
+summary.json and manifest.json, checked against dashboards/schema/.
+
+Nothing here trusts its input. A line that is not JSON, not an object, or
+whose core fields (cycle, status, mode, run_id, verdict) are missing or of the
+wrong type is reported (file, line, why) and skipped; a field of the wrong
+type elsewhere is reported and dropped (a malformed device in callbacks drops
+that device only), the rest of the record is kept. Reports never stop the
+other lines or the other runs.
+
+The cycles of all inputs are merged by (run id, cycle number), the run id
+being the record's own run_id (the lab writes it on every line), so a run
+split over several directories (shards) reads exactly like the same records
+in one directory. Within a file a "done" line supersedes the "started" one;
+a cycle left with only its "started" line is a hang ("unfinished").
+"""
+
+import datetime
+import json
+import os
+
+from dashboards import schemas
+
+CORE = ("cycle", "status", "mode", "run_id", "verdict")
+PER_DEVICE = ("callbacks", "pmtest")
+
+
+class Inputs:
+    def __init__(self):
+        self.cycles = []          # normalised cycles, merged
+        self.errors = []          # {"file", "line", "message"}
+        self.excluded = 0         # cycles dropped because their last line was invalid
+        self.manifests = {}       # run id -> [manifest, ...]
+
+    def error(self, path, line, message):
+        self.errors.append({"file": path, "line": line, "message": message})
+
+    def sorted_errors(self):
+        return sorted(self.errors, key=lambda e: (e["file"], e["line"] or 0, e["message"]))
+
+
+def find_run_dirs(paths, inputs):
+    """Run directories (holding cycles.jsonl) named by or under `paths`.
+    Symlinks under a results directory (results/latest) are skipped; a run
+    named twice is read once."""
+    found, seen = [], set()
+
+    def add(path):
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            found.append(path)
+
+    for path in paths:
+        if os.path.isfile(path) and path.endswith(".jsonl"):
+            add(path)
+        elif os.path.isfile(os.path.join(path, "cycles.jsonl")):
+            add(os.path.join(path, "cycles.jsonl"))
+        elif os.path.isdir(path):
+            runs = [os.path.join(path, name) for name in sorted(os.listdir(path))]
+            runs = [run for run in runs if not os.path.islink(run)
+                    and os.path.isfile(os.path.join(run, "cycles.jsonl"))]
+            if not runs:
+                inputs.error(path, None, "no run directories (no */cycles.jsonl) here")
+            for run in runs:
+                add(os.path.join(run, "cycles.jsonl"))
+        else:
+            inputs.error(path, None, "not found")
+    return found
+
+
+def _read_json_file(path, schema, inputs):
+    """A whole-file JSON document checked against a schema, or None."""
+    try:
+        with open(path, "rb") as source:
+            data = json.loads(source.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        inputs.error(path, None, f"unreadable JSON: {error}")
+        return None
+    problems = schemas.errors(schema, data)
+    for where, message in problems:
+        inputs.error(path, None, f"{schemas.path_text(where)}: {message}")
+    return None if problems else data
+
+
+def _str(value):
+    return value if isinstance(value, str) else None
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _strings(value):
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def epoch(stamp):
+    """ISO timestamp -> seconds since the epoch (None if not one)."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
+
+
+def _callbacks(value):
+    """{device: [{"cb", "driver", "t", "us", "err"}]} from either record shape."""
+    out = {}
+    for device, calls in (value or {}).items():
+        normal = []
+        for call in calls:
+            if isinstance(call, dict):
+                normal.append({"cb": call["cb"], "driver": _str(call.get("driver")), "t": _number(call.get("t")),
+                               "us": _number(call["us"]), "err": call["err"]})
+            else:
+                normal.append({"cb": call[0], "driver": None, "t": None, "us": _number(call[1]), "err": call[2]})
+        out[device] = normal
+    return out
+
+
+def normalise(record, default_run_id, manifest):
+    """The fields the dashboard uses, from a schema-checked record."""
+    done = record["status"] == "done"
+    kernel = record.get("kernel") if isinstance(record.get("kernel"), dict) else {}
+    manifest = manifest or {}
+    manifest_kernel = manifest.get("kernel") or {}
+    violations = record.get("ordering_violations")
+    return {
+        "run_id": record.get("run_id") or default_run_id,
+        "cycle": record["cycle"],
+        "mode": record["mode"],
+        "wake": _str(record.get("wake")),
+        "unfinished": not done,
+        "verdict": record["verdict"] if done else "hang",
+        "phase": _str(record.get("phase")) if done else None,
+        "reason": _str(record.get("reason")) if done else "only the \"started\" line: the cycle never finished",
+        "host_start": _str(record.get("host_start")),
+        "start": epoch(record.get("host_start")),
+        "suspend_ms": _number(record.get("suspend_ms")),
+        "resume_ms": _number(record.get("resume_ms")),
+        "problems": _strings(record.get("problems")),
+        "evidence": _strings(record.get("evidence")),
+        "ordering_violations": violations if isinstance(violations, list) else [],
+        "suspend_stats_delta": record.get("suspend_stats_delta") or {},
+        "callbacks": _callbacks(record.get("callbacks")),
+        "commit": _str(record.get("project_commit")) or _str((manifest.get("project") or {}).get("commit")),
+        "series_hash": _str(kernel.get("series_hash")) or _str(manifest_kernel.get("series_hash")),
+        "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
+    }
+
+
+def _check(record, path, number, inputs):
+    """Report schema errors; drop what is bad. True if the record is usable."""
+    usable = True
+    dropped = set()
+    for where, message in schemas.errors(schemas.CYCLE_RECORD, record):
+        inputs.error(path, number, f"{schemas.path_text(where)}: {message}")
+        if not where or where[0] in CORE:
+            usable = False
+        elif where[0] in PER_DEVICE and len(where) >= 2:
+            dropped.add((where[0], where[1]))
+        else:
+            dropped.add((where[0],))
+    if usable:
+        for key in sorted(dropped, key=len, reverse=True):
+            if len(key) == 2:
+                if isinstance(record.get(key[0]), dict):
+                    record[key[0]].pop(key[1], None)
+            else:
+                record.pop(key[0], None)
+    return usable
+
+
+def read_cycles_file(path, inputs, manifest):
+    """{(run id, cycle): (normalised cycle, raw record)} of one file."""
+    default_run_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    latest, rejected = {}, {}
+    try:
+        source = open(path, "rb")
+    except OSError as error:
+        inputs.error(path, None, f"unreadable: {error}")
+        return {}
+    with source:
+        for number, raw in enumerate(source, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as error:
+                cut = "" if raw.endswith(b"\n") else " (no newline: cut short)"
+                inputs.error(path, number, f"not JSON{cut}: {error}")
+                continue
+            if not isinstance(record, dict):
+                inputs.error(path, number, f"not a JSON object but {type(record).__name__}")
+                continue
+            run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
+                else default_run_id
+            cycle = record.get("cycle")
+            key = (run_id, cycle) if isinstance(cycle, int) and not isinstance(cycle, bool) else None
+            if not _check(record, path, number, inputs):
+                if key is not None:
+                    rejected[key] = number
+                continue
+            if key in latest and latest[key][1]["status"] == "done" and record["status"] == "started":
+                continue  # a done line is never superseded by a started one
+            latest[key] = (normalise(record, default_run_id, manifest), record)
+            if record["status"] == "done":
+                rejected.pop(key, None)
+    out = {}
+    for key, entry in latest.items():
+        if key in rejected and entry[1]["status"] != "done":
+            inputs.excluded += 1  # its last word was unreadable: neither counted nor called a hang
+            continue
+        out[key] = entry
+    for key in rejected:
+        if key not in latest:
+            inputs.excluded += 1
+    return out
+
+
+def _canonical(record):
+    return json.dumps(record, sort_keys=True)
+
+
+def load(paths):
+    """Inputs read from run directories / results directories / cycles files."""
+    inputs = Inputs()
+    merged = {}
+    for cycles_path in find_run_dirs(paths, inputs):
+        run_dir = os.path.dirname(cycles_path)
+        manifest = _read_json_file(os.path.join(run_dir, "manifest.json"), schemas.RUN_MANIFEST, inputs)
+        _read_json_file(os.path.join(run_dir, "summary.json"), schemas.RUN_SUMMARY, inputs)
+        for key, (cycle, record) in read_cycles_file(cycles_path, inputs, manifest).items():
+            if manifest:
+                runs = inputs.manifests.setdefault(key[0], [])
+                if manifest not in runs:
+                    runs.append(manifest)
+            previous = merged.get(key)
+            if previous is None:
+                merged[key] = (cycle, record, cycles_path)
+                continue
+            # The same cycle in two files: keep the finished one, else the
+            # same one whatever the order the files were named in.
+            rank = (record["status"] != "done", _canonical(record))
+            previous_rank = (previous[1]["status"] != "done", _canonical(previous[1]))
+            if record["status"] == previous[1]["status"] == "done" and rank != previous_rank:
+                first, second = sorted([previous[2], cycles_path])
+                inputs.error(second, None, f"cycle {key[1]} of run {key[0]} is also in {first}, differently")
+            if rank < previous_rank:
+                merged[key] = (cycle, record, cycles_path)
+    inputs.cycles = [merged[key][0] for key in sorted(merged, key=lambda k: (k[0], k[1]))]
+    return inputs
