@@ -1,0 +1,126 @@
+"""Small helpers the pipelines share: the repository root, stage timing,
+running a command with its output streamed, reading a run directory."""
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"  # the Debian interpreter (libvirt, pytest, jinja2)
+BUILD_LOCK = "/tmp/pmlab-kernel-build.lock"
+
+
+def log(prog, message):
+    print(f"{prog}: {message}", flush=True)
+
+
+def stamp(epoch=None):
+    when = datetime.datetime.fromtimestamp(time.time() if epoch is None else epoch, datetime.timezone.utc)
+    return when.strftime("%Y%m%d-%H%M%S")
+
+
+def hms(seconds):
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Stages:
+    """Wall time per stage, printed as each ends and as a table at the end."""
+
+    def __init__(self, prog):
+        self.prog = prog
+        self.done = []  # [{"stage", "seconds", "status", "note"}]
+
+    @contextlib.contextmanager
+    def stage(self, name):
+        log(self.prog, f"== stage {name}")
+        started = time.monotonic()
+        entry = {"stage": name, "seconds": None, "status": "ok", "note": ""}
+        self.done.append(entry)
+        try:
+            yield entry
+        except BaseException:
+            entry["status"] = "error"
+            raise
+        finally:
+            entry["seconds"] = round(time.monotonic() - started, 2)
+            text = f"== stage {name}: {entry['status']} in {entry['seconds']:.1f} s"
+            log(self.prog, text + (f" ({entry['note']})" if entry["note"] else ""))
+
+    def table(self):
+        lines = [f"{'stage':<12} {'status':<8} {'seconds':>8}  note"]
+        for entry in self.done:
+            seconds = "-" if entry["seconds"] is None else f"{entry['seconds']:.1f}"
+            lines.append(f"{entry['stage']:<12} {entry['status']:<8} {seconds:>8}  {entry['note']}")
+        total = sum(e["seconds"] or 0 for e in self.done)
+        lines.append(f"{'total':<12} {'':<8} {total:>8.1f}")
+        return "\n".join(lines)
+
+
+def run(argv, prefix=None, env=None, cwd=None):
+    """Run argv, stream its output (each line prefixed), return its exit status."""
+    merged = dict(os.environ)
+    merged.update(env or {})
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=merged, cwd=cwd, bufsize=1, text=True, errors="replace")
+    try:
+        for line in process.stdout:
+            sys.stdout.write((f"  {prefix}| " if prefix else "") + line)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the child too (same process group): let it finish.
+        pass
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+@contextlib.contextmanager
+def build_lock(prog, path=BUILD_LOCK):
+    """flock(path): one kernel build at a time on this machine."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(prog, f"waiting for {path} (another kernel build holds it)")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as source:
+            return json.load(source)
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(path, data):
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        json.dump(data, out, indent=2, sort_keys=True)
+        out.write("\n")
+    os.replace(temporary, path)
+
+
+def read_records(run_dir):
+    """The final record of every cycle of a run directory (lab.records)."""
+    sys.path.insert(0, REPO) if REPO not in sys.path else None
+    from lab.records import read_cycles
+    return read_cycles(os.path.join(run_dir, "cycles.jsonl"))
+
+
+def module_available(dotted):
+    """True if REPO/<dotted as a path>.py exists (the dashboards module may
+    not be written yet: callers skip it with a message instead of failing)."""
+    return os.path.isfile(os.path.join(REPO, *dotted.split(".")) + ".py")

@@ -1,0 +1,114 @@
+"""Regression check between two runs: the commit pipeline's gate.
+
+  regressions(previous_records, current_records) -> [finding, ...]
+
+A regression is
+  - a mode whose pass rate dropped (current pass/cycles below the previous
+    run's; a mode the previous run did not have is compared with 1.0), or
+  - a failure bucket present now that the previous run did not have.
+No previous run (first run, or none with cycles) means nothing may fail:
+every bucket is new. Records are the final record of each cycle
+(lab.records.read_cycles); a cycle left with only its "started" line counts
+as not passed, bucket "hang-in-unfinished".
+
+Buckets come from dashboards/buckets.py when that module is importable (the
+dashboard and the gate then name failures alike), else from a local rule:
+"<verdict>-in-<phase>".
+"""
+
+import re
+
+_PHASE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _phase_token(phase):
+    match = _PHASE.match(phase.strip()) if isinstance(phase, str) else None
+    return match.group(0) if match else "unknown"
+
+
+def local_buckets(record):
+    """Fallback classification: [] for a pass, else one bucket."""
+    if record.get("status") != "done":
+        return ["hang-in-unfinished"]
+    verdict = record.get("verdict")
+    if verdict == "pass":
+        return []
+    return [f"{verdict}-in-{_phase_token(record.get('phase'))}"]
+
+
+def default_buckets():
+    """dashboards.buckets.classify on the dashboard's normalised cycle, or the
+    local rule if the dashboards module is not there (yet)."""
+    try:
+        from dashboards import buckets, inputs
+        if not hasattr(buckets, "classify") or not hasattr(inputs, "normalise"):
+            raise ImportError("dashboards.buckets.classify / inputs.normalise missing")
+    except ImportError:
+        return local_buckets
+
+    def classify(record):
+        try:
+            return buckets.classify(inputs.normalise(record, record.get("run_id"), None))
+        except Exception:  # a record the dashboard code cannot read: do not hide it
+            return local_buckets(record)
+    return classify
+
+
+def passed(record):
+    return record.get("status") == "done" and record.get("verdict") == "pass"
+
+
+def mode_rates(records):
+    """{mode: (passed, cycles)}"""
+    rates = {}
+    for record in records:
+        done, total = rates.get(record["mode"], (0, 0))
+        rates[record["mode"]] = (done + passed(record), total + 1)
+    return rates
+
+
+def bucket_cycles(records, classify):
+    """{bucket: [cycle numbers]}"""
+    found = {}
+    for record in records:
+        for bucket in classify(record):
+            found.setdefault(bucket, []).append(record["cycle"])
+    return found
+
+
+def regressions(previous, current, classify=None):
+    """Findings (dicts, sorted): kind "pass-rate" or "new-bucket".
+    previous: records of the previous run, or None if there is none."""
+    classify = classify or default_buckets()
+    findings = []
+    before = mode_rates(previous or [])
+    for mode, (ok, total) in sorted(mode_rates(current).items()):
+        was_ok, was_total = before.get(mode, (0, 0))
+        rate = ok / total
+        was = was_ok / was_total if was_total else 1.0
+        if rate < was - 1e-9:
+            findings.append({"kind": "pass-rate", "mode": mode, "previous": round(was, 4),
+                             "current": round(rate, 4),
+                             "detail": f"{mode}: {ok}/{total} passed, previously "
+                                       + (f"{was_ok}/{was_total}" if was_total else "no cycles (expected all)")})
+    old = bucket_cycles(previous or [], classify)
+    for bucket, cycles in sorted(bucket_cycles(current, classify).items()):
+        if bucket not in old:
+            findings.append({"kind": "new-bucket", "bucket": bucket, "cycles": cycles,
+                             "detail": f"new failure bucket {bucket} (cycles {', '.join(map(str, cycles))})"})
+    return findings
+
+
+def report(previous, current, classify=None):
+    """(findings, text lines) for printing."""
+    findings = regressions(previous, current, classify)
+    lines = []
+    if previous is None:
+        lines.append("no previous run of this pipeline: any failure counts as new")
+    lines += [f"REGRESSION {f['detail']}" for f in findings]
+    classify = classify or default_buckets()
+    known = sorted(set(bucket_cycles(current, classify)) & set(bucket_cycles(previous or [], classify)))
+    lines += [f"known (also in the previous run): {bucket}" for bucket in known]
+    if not findings:
+        lines.append("no regression")
+    return findings, lines
