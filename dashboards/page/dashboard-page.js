@@ -1,0 +1,376 @@
+/* pmlab dashboard page: draws dashboard.json (embedded by dashboards/render.py
+ * as <script type="application/json" id="dashboard-data">) with Chart.js.
+ *
+ * Every string from the results (device names, reasons, console lines, run
+ * ids) reaches the DOM through textContent / DOM APIs only, never innerHTML.
+ * When every chart has drawn once, <body data-charts="ready"
+ * data-chart-count="N"> and the title ends with "(N charts)"; errors caught
+ * on the page are counted in <body data-errors> and logged to the console.
+ */
+(function () {
+  'use strict';
+
+  var pageErrors = [];
+  function pageError(message) {
+    pageErrors.push(String(message));
+    if (document.body) document.body.dataset.errors = String(pageErrors.length);
+    console.error('pmlab dashboard: ' + message);
+  }
+  window.addEventListener('error', function (event) { pageError(event.message || 'error'); });
+
+  var MODE_COLOURS = ['#3367d6', '#e8710a', '#188038', '#a142f4', '#d93025', '#12b5cb', '#f9ab00', '#5f6368'];
+  var KIND_COLOURS = {
+    'fail': '#d93025', 'fake-sleep': '#f9ab00', 'hang': '#a142f4', 'error': '#5f6368',
+    'kernel-warning': '#e8710a', 'ordering-violation': '#12b5cb', 'other': '#9aa0a6'
+  };
+
+  /* DOM helpers: text only. */
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+  function fmt(value, digits) {
+    if (value === null || value === undefined) return '\u2013';
+    if (typeof value === 'number') return digits === undefined ? String(value) : value.toFixed(digits);
+    return String(value);
+  }
+  function pct(value) { return value === null || value === undefined ? '\u2013' : (value * 100).toFixed(1) + ' %'; }
+  function where(occ) {
+    if (!occ) return '\u2013';
+    return occ.run_id + ' #' + occ.cycle + (occ.host_start ? ' (' + occ.host_start + ')' : '');
+  }
+  /* columns: [header, function(row) -> value, class] ; class 'num' or 'text' */
+  function table(node, columns, rows, emptyText) {
+    clear(node);
+    var head = el('tr');
+    columns.forEach(function (c) { head.appendChild(el('th', null, c[0])); });
+    var thead = el('thead'); thead.appendChild(head); node.appendChild(thead);
+    var body = el('tbody');
+    if (!rows.length) {
+      var tr = el('tr'); var td = el('td', 'empty', emptyText || 'none');
+      td.colSpan = columns.length; tr.appendChild(td); body.appendChild(tr);
+    }
+    rows.forEach(function (row) {
+      var tr = el('tr');
+      columns.forEach(function (c) {
+        var value = c[1](row);
+        var td = el('td', c[2] || null);
+        if (value instanceof Node) td.appendChild(value); else td.textContent = fmt(value);
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+    node.appendChild(body);
+  }
+  function statusCell(status) { return el('span', 'status-' + status, status); }
+
+  /* Charts: count them, and mark the page ready once each has rendered. */
+  var expected = 0, rendered = 0, charts = {};
+  var readyPlugin = {
+    id: 'pmlabReady',
+    afterRender: function (chart) {
+      if (chart.$pmlabRendered) return;
+      chart.$pmlabRendered = true;
+      rendered += 1;
+      maybeReady();
+    }
+  };
+  var created = false;
+  function maybeReady() {
+    if (!created || rendered < expected) return;
+    document.body.dataset.charts = 'ready';
+    document.body.dataset.chartCount = String(rendered);
+    document.title = 'pmlab dashboard (' + rendered + ' charts)';
+  }
+  /* Wilson interval whiskers over the success bars. */
+  var errorBarsPlugin = {
+    id: 'pmlabErrorBars',
+    afterDatasetsDraw: function (chart) {
+      var intervals = chart.$pmlabIntervals;
+      if (!intervals) return;
+      var meta = chart.getDatasetMeta(0), y = chart.scales.y, ctx = chart.ctx;
+      ctx.save();
+      ctx.strokeStyle = '#1d1d1f';
+      ctx.lineWidth = 1.5;
+      meta.data.forEach(function (bar, i) {
+        var interval = intervals[i];
+        if (!interval) return;
+        var lo = y.getPixelForValue(interval[0] * 100), hi = y.getPixelForValue(interval[1] * 100);
+        ctx.beginPath();
+        ctx.moveTo(bar.x, lo); ctx.lineTo(bar.x, hi);
+        ctx.moveTo(bar.x - 7, lo); ctx.lineTo(bar.x + 7, lo);
+        ctx.moveTo(bar.x - 7, hi); ctx.lineTo(bar.x + 7, hi);
+        ctx.stroke();
+      });
+      ctx.restore();
+    }
+  };
+  function chart(id, config, extra) {
+    var canvas = document.getElementById(id);
+    config.options = config.options || {};
+    config.options.animation = false;
+    config.options.responsive = true;
+    config.options.maintainAspectRatio = false;
+    config.plugins = [readyPlugin].concat(extra || []);
+    expected += 1;
+    charts[id] = new Chart(canvas, config);
+    return charts[id];
+  }
+  function noData(id, text) {
+    var canvas = document.getElementById(id);
+    var box = canvas.parentNode;
+    box.classList.remove('tall');
+    box.style.height = 'auto';
+    canvas.hidden = true;
+    box.appendChild(el('p', 'empty', text));
+  }
+
+  /* ---------------------------------------------------------------- sections */
+
+  function overview(data) {
+    var i = data.inputs;
+    document.getElementById('overview').textContent =
+      i.cycles + ' cycles from ' + i.runs + ' runs, ' + (i.first_start || '?') + ' \u2013 ' + (i.last_start || '?') +
+      '; modes: ' + (i.modes.join(', ') || 'none') +
+      (i.excluded_cycles ? '; ' + i.excluded_cycles + ' cycles excluded (unreadable last line)' : '') +
+      (data.input_errors.length ? '; ' + data.input_errors.length + ' input errors' : '');
+    if (data.input_errors.length) {
+      var list = document.getElementById('input-errors');
+      data.input_errors.forEach(function (e) {
+        list.appendChild(el('li', null, e.file + (e.line ? ':' + e.line : '') + ': ' + e.message));
+      });
+      document.getElementById('input-errors-section').hidden = false;
+    }
+  }
+
+  function success(data) {
+    var modes = Object.keys(data.success.modes).sort();
+    document.getElementById('success-definition').textContent = 'Rate = ' + data.success.definition + '.';
+    var rows = modes.map(function (m) { var b = data.success.modes[m]; return {mode: m, b: b}; });
+    rows.push({mode: 'all', b: data.success.all});
+    table(document.getElementById('table-success'), [
+      ['mode', function (r) { return r.mode; }],
+      ['cycles', function (r) { return r.b.cycles; }, 'num'],
+      ['pass', function (r) { return r.b.counts.pass; }, 'num'],
+      ['fail', function (r) { return r.b.counts.fail; }, 'num'],
+      ['hang', function (r) { return r.b.counts.hang; }, 'num'],
+      ['(unfinished)', function (r) { return r.b.counts.unfinished; }, 'num'],
+      ['lab error', function (r) { return r.b.counts.error; }, 'num'],
+      ['success rate', function (r) { return pct(r.b.rate); }, 'num'],
+      ['95 % interval', function (r) { return r.b.ci95 ? pct(r.b.ci95[0]) + ' \u2013 ' + pct(r.b.ci95[1]) : '\u2013'; }, 'num']
+    ], rows);
+    var judged = modes.filter(function (m) { return data.success.modes[m].judged > 0; });
+    if (!judged.length) { noData('chart-success', 'No judged cycles.'); return; }
+    var c = chart('chart-success', {
+      type: 'bar',
+      data: {
+        labels: judged,
+        datasets: [{
+          label: 'success rate (%)',
+          data: judged.map(function (m) { return data.success.modes[m].rate * 100; }),
+          backgroundColor: judged.map(function (m, i) { return MODE_COLOURS[i % MODE_COLOURS.length]; })
+        }]
+      },
+      options: {
+        scales: {y: {min: 0, max: 100, title: {display: true, text: '% of judged cycles (bars: Wilson 95 %)'}}},
+        plugins: {legend: {display: false}}
+      }
+    }, [errorBarsPlugin]);
+    c.$pmlabIntervals = judged.map(function (m) { return data.success.modes[m].ci95; });
+    c.draw();
+  }
+
+  function bucketSection(data) {
+    var list = data.buckets;
+    table(document.getElementById('table-buckets'), [
+      ['bucket', function (b) { return b.bucket; }, 'text'],
+      ['kind', function (b) { return b.kind; }],
+      ['count', function (b) { return b.count; }, 'num'],
+      ['modes', function (b) {
+        return Object.keys(b.modes).sort().map(function (m) { return m + ' ' + b.modes[m]; }).join(', ');
+      }],
+      ['first', function (b) { return where(b.first); }],
+      ['last', function (b) { return where(b.last); }],
+      ['reason (first)', function (b) { return b.reason; }, 'text'],
+      ['evidence (first)', function (b) { return b.evidence; }, 'text']
+    ], list, 'No failures.');
+    if (!list.length) { noData('chart-buckets', 'No failure buckets: every cycle passed.'); return; }
+    var top = list.slice(0, 20);
+    chart('chart-buckets', {
+      type: 'bar',
+      data: {
+        labels: top.map(function (b) { return b.bucket; }),
+        datasets: [{
+          label: 'cycles',
+          data: top.map(function (b) { return b.count; }),
+          backgroundColor: top.map(function (b) { return KIND_COLOURS[b.kind] || KIND_COLOURS.other; })
+        }]
+      },
+      options: {indexAxis: 'y', plugins: {legend: {display: false}},
+                scales: {x: {beginAtZero: true, ticks: {precision: 0}, title: {display: true, text: 'cycles'}},
+                         y: {ticks: {autoSkip: false}}}}
+    });
+  }
+
+  function trend(data) {
+    var builds = data.trends.builds, modes = Object.keys(data.trends.modes).sort();
+    table(document.getElementById('table-trend'), [
+      ['mode', function (m) { return m; }],
+      ['builds', function (m) { return data.trends.modes[m].builds; }, 'num'],
+      ['current', function (m) { return statusCell(data.trends.modes[m].current); }],
+      ['failing since', function (m) { var o = data.trends.modes[m].failing_since; return o ? o.build + ': ' + where(o) : '\u2013'; }],
+      ['first fail', function (m) { var o = data.trends.modes[m].first_fail; return o ? o.build + ': ' + where(o) : '\u2013'; }],
+      ['last pass', function (m) { var o = data.trends.modes[m].last_pass; return o ? o.build + ': ' + where(o) : '\u2013'; }]
+    ], modes, 'No cycles.');
+    if (!builds.length) { noData('chart-trend', 'No builds.'); return; }
+    chart('chart-trend', {
+      type: 'line',
+      data: {
+        labels: builds.map(function (b) { return b.key; }),
+        datasets: modes.map(function (m, i) {
+          return {
+            label: m,
+            data: builds.map(function (b) { var x = b.modes[m]; return x && x.rate !== null ? x.rate * 100 : null; }),
+            borderColor: MODE_COLOURS[i % MODE_COLOURS.length],
+            backgroundColor: MODE_COLOURS[i % MODE_COLOURS.length],
+            spanGaps: true, pointRadius: 4
+          };
+        })
+      },
+      options: {scales: {y: {min: 0, max: 100, title: {display: true, text: 'success rate (%)'}},
+                         x: {title: {display: true, text: 'build: commit / series hash (oldest first)'}}}}
+    });
+  }
+
+  function timing(data) {
+    var modes = Object.keys(data.timing.modes).sort();
+    table(document.getElementById('table-timing'), [
+      ['mode', function (r) { return r.mode; }],
+      ['measure', function (r) { return r.field; }],
+      ['n', function (r) { return r.s.n; }, 'num'],
+      ['min', function (r) { return fmt(r.s.min, 1); }, 'num'],
+      ['p50', function (r) { return fmt(r.s.p50, 1); }, 'num'],
+      ['p90', function (r) { return fmt(r.s.p90, 1); }, 'num'],
+      ['p95', function (r) { return fmt(r.s.p95, 1); }, 'num'],
+      ['p99', function (r) { return fmt(r.s.p99, 1); }, 'num'],
+      ['max', function (r) { return fmt(r.s.max, 1); }, 'num'],
+      ['mean', function (r) { return fmt(r.s.mean, 1); }, 'num']
+    ], [].concat.apply([], modes.map(function (m) {
+      return ['suspend_ms', 'resume_ms'].filter(function (f) { return data.timing.modes[m][f]; })
+        .map(function (f) { return {mode: m, field: f + ' (ms)', s: data.timing.modes[m][f].stats}; });
+    })), 'No timed passing cycles.');
+    var select = document.getElementById('timing-mode');
+    modes.forEach(function (m) { var o = el('option', null, m); o.value = m; select.appendChild(o); });
+    if (!modes.length) { select.disabled = true; noData('chart-timing', 'No timed passing cycles.'); return; }
+    function series(mode) {
+      var block = data.timing.modes[mode];
+      var bins = (block.suspend_ms || block.resume_ms).histogram;
+      return {
+        labels: bins.map(function (b) { return b.hi === null ? '\u2265 ' + b.lo : b.lo + '\u2013' + b.hi; }),
+        datasets: ['suspend_ms', 'resume_ms'].filter(function (f) { return block[f]; }).map(function (f) {
+          return {label: f.replace('_ms', '') + ' (' + block[f].stats.n + ' cycles)',
+                  data: block[f].histogram.map(function (b) { return b.count; }),
+                  backgroundColor: f === 'suspend_ms' ? '#3367d6' : '#e8710a'};
+        })
+      };
+    }
+    var c = chart('chart-timing', {
+      type: 'bar', data: series(modes[0]),
+      options: {scales: {y: {beginAtZero: true, ticks: {precision: 0}, title: {display: true, text: 'cycles'}},
+                         x: {title: {display: true, text: 'guest time (ms), trace-measured'}}}}
+    });
+    select.addEventListener('change', function () { c.data = series(select.value); c.update(); });
+  }
+
+  function latency(data) {
+    var top = data.latency.top_p95;
+    table(document.getElementById('table-latency'), [
+      ['device', function (r) { return r.device; }, 'text'],
+      ['driver', function (r) { return r.driver; }, 'text'],
+      ['phase', function (r) { return r.phase; }],
+      ['n', function (r) { return r.n; }, 'num'],
+      ['median (us)', function (r) { return fmt(r.median, 1); }, 'num'],
+      ['p95 (us)', function (r) { return fmt(r.p95, 1); }, 'num'],
+      ['max (us)', function (r) { return fmt(r.max, 1); }, 'num'],
+      ['errors', function (r) { return r.errors; }, 'num'],
+      ['never returned', function (r) { return r.unfinished; }, 'num']
+    ], top, 'No callback timings in these records.');
+    if (!top.length) { noData('chart-latency', 'No callback timings in these records.'); return; }
+    chart('chart-latency', {
+      type: 'bar',
+      data: {
+        labels: top.map(function (r) { return r.device + ' \u00b7 ' + r.phase; }),
+        datasets: [
+          {label: 'median (us)', data: top.map(function (r) { return r.median; }), backgroundColor: '#8ab4f8'},
+          {label: 'p95 (us)', data: top.map(function (r) { return r.p95; }), backgroundColor: '#3367d6'}
+        ]
+      },
+      options: {indexAxis: 'y', scales: {x: {beginAtZero: true, title: {display: true, text: 'microseconds'}},
+                                         y: {ticks: {autoSkip: false}}}}
+    });
+  }
+
+  function failures(data) {
+    var f = data.failures;
+    document.getElementById('failures-note').textContent =
+      f.total + ' cycles did not pass' + (f.shown < f.total ? '; the newest ' + f.shown + ' are listed' : '') + '.';
+    table(document.getElementById('table-failures'), [
+      ['run', function (r) { return r.run_id; }, 'text'],
+      ['cycle', function (r) { return r.cycle; }, 'num'],
+      ['started', function (r) { return r.host_start; }],
+      ['mode', function (r) { return r.mode; }],
+      ['verdict', function (r) { return r.verdict + (r.unfinished ? ' (unfinished)' : ''); }],
+      ['phase', function (r) { return r.phase; }],
+      ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],
+      ['reason', function (r) { return r.reason; }, 'text']
+    ], f.cycles.slice().reverse(), 'Every cycle passed.');
+  }
+
+  function runs(data) {
+    var ids = Object.keys(data.runs).sort();
+    table(document.getElementById('table-runs'), [
+      ['run', function (id) { return id; }, 'text'],
+      ['cycles', function (id) { return data.runs[id].cycles; }, 'num'],
+      ['first start', function (id) { return data.runs[id].first_start; }],
+      ['last start', function (id) { return data.runs[id].last_start; }],
+      ['builds', function (id) { return data.runs[id].builds.join(' '); }, 'text'],
+      ['setup', function (id) {
+        return data.runs[id].manifests.map(function (m) {
+          return ['kernel ' + fmt(m.tree_version), 'series ' + fmt(m.series_hash), 'config ' + fmt(m.config_hash),
+                  'qemu ' + fmt(m.qemu), 'ovmf ' + fmt(m.ovmf), 'libvirt ' + fmt(m.libvirtd),
+                  'host ' + fmt(m.host)].join(', ');
+        }).join(' | ') || 'no manifest';
+      }, 'text']
+    ], ids, 'No runs.');
+  }
+
+  function main() {
+    var data;
+    try {
+      data = JSON.parse(document.getElementById('dashboard-data').textContent);
+    } catch (error) {
+      pageError('cannot read the embedded dashboard data: ' + error);
+      document.body.dataset.charts = 'failed';
+      return;
+    }
+    if (data.schema !== 'pmlab-dashboard/1') pageError('unexpected dashboard schema ' + data.schema);
+    var steps = [overview, success, bucketSection, trend, timing, latency, failures, runs];
+    steps.forEach(function (step) {
+      try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
+    });
+    created = true;
+    maybeReady();
+  }
+
+  if (typeof Chart === 'undefined') {
+    document.addEventListener('DOMContentLoaded', function () {
+      pageError('Chart.js did not load (chart.min.js missing next to the page?)');
+      document.body.dataset.charts = 'failed';
+    });
+    return;
+  }
+  document.addEventListener('DOMContentLoaded', main);
+})();

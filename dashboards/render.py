@@ -1,0 +1,71 @@
+"""The static dashboard page, next to its dashboard.json.
+
+  /usr/bin/python3 -m dashboards.render dashboard.json [--chartjs PATH]
+
+writes, in the directory of dashboard.json:
+  dashboard.html        the page, with the JSON embedded in
+                        <script type="application/json" id="dashboard-data">
+  dashboard-page.js     page code (dashboards/page/), DOM text APIs only
+  dashboard-page.css
+  chart.min.js          Chart.js, copied from Debian's libjs-chart.js
+
+so the page opens from file:// with no server and no network. The embedded
+JSON has <, > and & escaped as \\u003c, \\u003e, \\u0026 so no string in it can
+close the script element; the page's Content-Security-Policy allows only its
+own script files.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "page")
+CHARTJS = "/usr/share/javascript/chart.js/chart.min.js"
+PLACEHOLDER = "<!--PMLAB-DASHBOARD-DATA-->"
+ASSETS = ("dashboard-page.js", "dashboard-page.css")
+
+
+def embed(dashboard):
+    """JSON text safe inside a <script> element."""
+    text = json.dumps(dashboard, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(dashboard_path, chartjs=CHARTJS, html_name="dashboard.html"):
+    """Write the page next to dashboard_path; return the page's path."""
+    with open(dashboard_path) as source:
+        dashboard = json.load(source)
+    out_dir = os.path.dirname(os.path.abspath(dashboard_path))
+    with open(os.path.join(PAGE, "dashboard.html")) as source:
+        template = source.read()
+    if template.count(PLACEHOLDER) != 1:
+        raise RuntimeError(f"{PAGE}/dashboard.html must hold {PLACEHOLDER} exactly once")
+    data = f'<script type="application/json" id="dashboard-data">{embed(dashboard)}</script>'
+    page = template.replace(PLACEHOLDER, data)
+    if not os.path.isfile(chartjs):
+        raise FileNotFoundError(f"{chartjs} not found: install libjs-chart.js (lab/install-deps)")
+    shutil.copyfile(chartjs, os.path.join(out_dir, "chart.min.js"))
+    for name in ASSETS:
+        shutil.copyfile(os.path.join(PAGE, name), os.path.join(out_dir, name))
+    html_path = os.path.join(out_dir, html_name)
+    temporary = f"{html_path}.{os.getpid()}"
+    with open(temporary, "w") as out:
+        out.write(page)
+    os.replace(temporary, html_path)
+    return html_path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="write dashboard.html next to dashboard.json")
+    parser.add_argument("dashboard", help="dashboard.json from dashboards.compute")
+    parser.add_argument("--chartjs", default=CHARTJS, help=f"Chart.js UMD build (default {CHARTJS})")
+    args = parser.parse_args(argv)
+    path = render(args.dashboard, args.chartjs)
+    print(f"dashboard page: {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
