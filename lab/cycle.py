@@ -326,13 +326,17 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
                   libvirt_events=[[round(t, 3), kind, detail] for t, kind, detail in events])
     if hang is not None:
         dump_path = rundir.file(f"hang-cycle{number}-{guest.name}.txt")
+        agent_state = guest.agent.pending()
         with open(dump_path, "w") as dump:
             dump.write(f"cycle {number} ({mode.name}) hung in phase {hang.phase}: {hang.detail}\n\n")
+            dump.write(f"## agent channel on the host: {agent_state}\n")
             if guest.running():
                 dump.write(guest.qemu_state() + "\n")
-            dump.write("\n## console since the cycle began\n" + "\n".join(all_lines) + "\n")
+                # The guest kernel's own view: blocked tasks, then all tasks.
+                dump.write("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")) + "\n")
+            dump.write("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)) + "\n")
         guest.destroy()
-        record.update(verdict="hang", phase=hang.phase, reason=hang.detail,
+        record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
                       hang_dump=os.path.relpath(dump_path, rundir.path), guest_usable=False,
                       problems=console.problems(evidence))
     elif lab_error is not None:

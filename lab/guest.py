@@ -100,6 +100,7 @@ class Guest:
         self.console = ConsoleCapture(console_path)
         self.agent = Agent()
         self.dom = None
+        self._console_stream = None
         self.xml = None
         self.boot_id = None
         self.boots = 0
@@ -135,6 +136,7 @@ class Guest:
         console_stream = self.conn.newStream(0)
         self.dom.openConsole(None, console_stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
         self.console.attach(console_stream)
+        self._console_stream = console_stream
         agent_stream = self.conn.newStream(0)
         self.dom.openChannel(virt.AGENT_CHANNEL, agent_stream, libvirt.VIR_DOMAIN_CHANNEL_FORCE)
         self.agent.attach(agent_stream)
@@ -190,6 +192,25 @@ class Guest:
             except libvirt.libvirtError as error:
                 out.append(f"## {command}\nfailed: {error}")
         return "\n".join(out)
+
+    def sysrq(self, keys, settle=3.0):
+        """Magic SysRq over the serial console (a BREAK, then the key): the
+        guest kernel itself prints, e.g., its blocked tasks ('w') or every
+        task ('t'). Returns the console lines it printed."""
+        import libvirt_qemu
+        printed = []
+        for key in keys:
+            mark = self.console.mark()
+            try:
+                libvirt_qemu.qemuMonitorCommand(
+                    self.dom, '{"execute":"chardev-send-break","arguments":{"id":"charserial0"}}', 0)
+                self._console_stream.send(key.encode())
+            except Exception as error:  # best effort: this runs on a guest already in trouble
+                printed.append(f"sysrq {key}: {error}")
+                continue
+            time.sleep(settle)
+            printed += self.console.lines(mark)
+        return printed
 
     def destroy(self):
         self.agent.detach()

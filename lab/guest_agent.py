@@ -140,6 +140,13 @@ class Agent:
     def call(self, command, timeout=30):
         return self.wait(self.send(command), timeout)
 
+    def pending(self):
+        """What the parser holds that is not a whole reply yet, and what it
+        could not place (for a hang report: did part of a reply arrive?)."""
+        with self._cond:
+            return {"partial_bytes": len(self._parser._buffer), "partial_head": self._parser._buffer[:120].decode("utf-8", "replace"),
+                    "noise_bytes": len(self._parser.noise), "connected": self.connected}
+
     def detach(self):
         with self._cond:
             stream, self._stream = self._stream, None
