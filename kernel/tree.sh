@@ -6,6 +6,16 @@ SERIES_DIR=${PMLAB_SERIES_DIR:-$repo/kernel/patches}
 
 die() { echo "${0##*/}: $*" >&2; exit 1; }
 
+# build_lock: one kernel build at a time on this machine (2 cores); a second
+# one waits here instead of halving the speed of both.
+build_lock() {
+	exec 9>"${PMLAB_BUILD_LOCK:-/tmp/pmlab-kernel-build.lock}"
+	if ! flock -n 9; then
+		echo "${0##*/}: waiting for another kernel build to finish" >&2
+		flock 9
+	fi
+}
+
 git_src() { git -C "$SRC" -c user.name=pmlab -c user.email=pmlab@localhost "$@"; }
 
 # series_patches: the patch file names of the series, in order.
