@@ -80,6 +80,7 @@ class Agent:
         self._next_id = int(time.time()) % 100000 * 1000  # distinct across guest restarts
         self.connected = False
         self.tap = None  # called with every received chunk (recording raw protocol bytes)
+        self.reader_exit = None  # why the last reader thread stopped
 
     def attach(self, stream):
         """Use a (new) libvirt stream; a reader thread feeds the parser."""
@@ -92,9 +93,11 @@ class Agent:
         while True:
             try:
                 data = stream.recv(65536)
-            except Exception:  # libvirtError when the domain goes away
-                data = b""
+            except Exception as error:  # libvirtError when the domain goes away
+                self.reader_exit = f"{type(error).__name__}: {error}"
+                break
             if not isinstance(data, bytes) or not data:
+                self.reader_exit = f"recv returned {data!r}"
                 break
             if self.tap:
                 self.tap(data)
@@ -145,7 +148,8 @@ class Agent:
         could not place (for a hang report: did part of a reply arrive?)."""
         with self._cond:
             return {"partial_bytes": len(self._parser._buffer), "partial_head": self._parser._buffer[:120].decode("utf-8", "replace"),
-                    "noise_bytes": len(self._parser.noise), "connected": self.connected}
+                    "noise_bytes": len(self._parser.noise), "connected": self.connected,
+                    "reader_exit": self.reader_exit}
 
     def detach(self):
         with self._cond:
