@@ -24,6 +24,7 @@ one verdict bucket plus flag buckets:
 """
 
 import errno
+import functools
 import re
 
 VERDICT_KINDS = ("fail", "fake-sleep", "hang", "error")
@@ -49,22 +50,14 @@ def phase_token(phase):
     return match.group(0) if match else "unknown"
 
 
+@functools.lru_cache(maxsize=4096)
 def callback_phase(label):
-    """The PM phase of a callback label as lab/trace.py writes it:
-    "noirq bus[suspend]" -> "suspend_noirq", "[resume]" -> "resume",
-    "preparing driver[suspend]" -> "prepare"."""
-    match = re.match(r"^(?P<info>.*?)\s*\[(?P<verb>[^\]]+)\]$", label or "")
-    if not match:
-        return label or "unknown"
-    info, verb = match["info"].split(), match["verb"]
-    first = info[0] if info else ""
-    if first == "preparing":
-        return "prepare"
-    if first == "completing":
-        return "complete"
-    if first in ("noirq", "late", "early"):
-        return f"{verb}_{first}"
-    return verb
+    """The PM phase of a callback label as lab/trace.py writes it
+    ("noirq bus[suspend]" -> "suspend_noirq"): the lab's own reading
+    (lab.trace.phase_of), so the dashboard and the verdicts never disagree."""
+    from lab.trace import phase_of
+
+    return phase_of(label) if isinstance(label, str) and label else "unknown"
 
 
 def failing_device(cycle):

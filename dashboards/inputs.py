@@ -156,11 +156,73 @@ def normalise(record, default_run_id, manifest):
     }
 
 
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _callback_problem(call):
+    """Why one callbacks entry breaks $defs/callback of the record schema, or None."""
+    if isinstance(call, dict):
+        if not all(key in call for key in ("cb", "us", "err")):
+            return "a callback object needs cb, us and err"
+        cb, us, err, driver, t = call["cb"], call["us"], call["err"], call.get("driver"), call.get("t")
+    elif isinstance(call, list):
+        if len(call) != 3:
+            return "a callback triple has 3 items [cb, us, err]"
+        (cb, us, err), driver, t = call, None, None
+    else:
+        return "a callback is an object {cb, us, err} or a triple [cb, us, err]"
+    if not isinstance(cb, str):
+        return "cb is not a string"
+    if us is not None and not (_is_number(us) and us >= 0):
+        return f"us {us!r} is not a number >= 0 or null"
+    if err is not None and not _is_int(err):
+        return f"err {err!r} is not an integer or null"
+    if driver is not None and not isinstance(driver, str):
+        return "driver is not a string or null"
+    if t is not None and not _is_number(t):
+        return "t is not a number or null"
+    return None
+
+
+def per_device_errors(name, value):
+    """Schema errors of the callbacks / pmtest fields, checked by hand: the
+    same rules as the schema (pytest/test_dashboard.py checks they agree),
+    ~100 times faster on the ~1600 callbacks of a cycle."""
+    if not isinstance(value, dict):
+        return [([name], f"{type(value).__name__} is not of type 'object'")]
+    errors = []
+    for device, calls in value.items():
+        if not isinstance(calls, list):
+            errors.append(([name, device], "is not of type 'array'"))
+            continue
+        for index, call in enumerate(calls):
+            problem = _callback_problem(call) if name == "callbacks" else (
+                None if isinstance(call, str) else f"{call!r} is not of type 'string'")
+            if problem:
+                errors.append(([name, device, index], problem))
+    return errors
+
+
+def record_errors(record):
+    """[(path, message)] of a record against the cycle-record schema."""
+    rest = {key: value for key, value in record.items() if key not in PER_DEVICE}
+    found = schemas.errors(schemas.CYCLE_RECORD, rest)
+    for name in PER_DEVICE:
+        if name in record:
+            found.extend(per_device_errors(name, record[name]))
+    return found
+
+
 def _check(record, path, number, inputs):
     """Report schema errors; drop what is bad. True if the record is usable."""
     usable = True
     dropped = set()
-    for where, message in schemas.errors(schemas.CYCLE_RECORD, record):
+    for where, message in record_errors(record):
         inputs.error(path, number, f"{schemas.path_text(where)}: {message}")
         if not where or where[0] in CORE:
             usable = False

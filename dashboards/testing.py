@@ -1,0 +1,98 @@
+"""Test inputs for the dashboard tests, made from real recordings only.
+
+pytest/recordings/cycles.jsonl holds 13 real cycle records without their
+bulky callbacks / pmtest fields; the guest reports next to it
+(report-<recording>.txt.gz) hold the full trace and pmtest log those fields
+are made from. with_callbacks() puts them back with the lab's own parsers
+(lab/trace.py, lab/pmtest_log.py), so the callback latencies the tests see
+are the real guests' ones.
+"""
+
+import copy
+import gzip
+import json
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDINGS = os.path.join(REPO, "pytest", "recordings")
+
+# Fields of the "started" line (lab/cycle.py run_cycle), the rest comes with "done".
+STARTED_FIELDS = ("run_id", "cycle", "mode", "wake", "pm_test", "guest", "host_start", "knobs",
+                  "guest_boot_id", "kernel", "profile", "worker", "project_commit")
+
+
+def recorded_records():
+    """The recorded final records, in file order (deep copies)."""
+    with open(os.path.join(RECORDINGS, "cycles.jsonl")) as source:
+        return [json.loads(line) for line in source if line.strip()]
+
+
+def with_callbacks(records):
+    """Copies of records with callbacks and pmtest rebuilt from their reports
+    as lab/cycle.py's judge() does; records without a report are unchanged."""
+    from lab import guest_report, pmtest_log, trace
+
+    out = []
+    for record in records:
+        record = copy.deepcopy(record)
+        path = os.path.join(RECORDINGS, f"report-{record.get('recording')}.txt.gz")
+        if record.get("recording") and os.path.isfile(path):
+            with gzip.open(path, "rt", errors="replace") as source:
+                parts = guest_report.sections(source.read())
+            events = trace.parse(parts.get("trace", ""))
+            record["callbacks"] = trace.callbacks(events)
+            record["pmtest"] = pmtest_log.by_device(pmtest_log.parse(parts.get("pmtest_log")))
+        out.append(record)
+    return out
+
+
+def compact(records):
+    """The same records with callbacks as [cb, us, err] triples (the other
+    shape lab/cycle.py has written)."""
+    out = copy.deepcopy(records)
+    for record in out:
+        if isinstance(record.get("callbacks"), dict):
+            record["callbacks"] = {device: [[c["cb"], c["us"], c["err"]] for c in calls]
+                                   for device, calls in record["callbacks"].items()}
+    return out
+
+
+def started_line(record):
+    line = {key: record[key] for key in STARTED_FIELDS if key in record}
+    line["status"] = "started"
+    return line
+
+
+def write_run(results_root, run_id, records, manifest=None, summary=True):
+    """A run directory written the way the lab writes one (lab.records.RunDir:
+    a started line then a done line per cycle, summary.json, `latest` link).
+    Records with status "started" get only their started line."""
+    from lab.records import RunDir
+
+    run = RunDir(results_root, run_id)
+    for record in records:
+        run.append(started_line(record))
+        if record.get("status") == "done":
+            run.append(record)
+    if summary:
+        run.write_summary()
+    if manifest is not None:
+        with open(run.file("manifest.json"), "w") as out:
+            json.dump(manifest, out, indent=2, sort_keys=True)
+    return run.path
+
+
+def manifest(commit, series_hash="none", variant="baseline", host="lab-host"):
+    """A run manifest as dashboards.manifest.collect() writes it."""
+    return {
+        "schema": "pmlab-run-manifest/1", "run_id": None, "shard": None,
+        "project": {"commit": commit, "dirty": False},
+        "kernel": {"artifacts_dir": "/work/main/build/out", "variant": variant, "tree": "linux-source-6.1.tar.xz",
+                   "tree_version": "6.1.192", "kernelrelease": "6.1.192+", "series_hash": series_hash,
+                   "config_hash": "f72122b6d06e6eb3", "compiler": "gcc", "build_commit": commit[:7]},
+        "tools": {"qemu": "7.2.22", "ovmf": "2022.11-6+deb12u2", "libvirt_daemon_system": "9.0.0-4+deb12u2",
+                  "libvirtd": "9.0.0"},
+        "host": {"hostname": host, "kernel": "6.1.0", "machine": "x86_64", "os": "Debian GNU/Linux 12 (bookworm)",
+                 "cpus": 2, "kvm_device": False},
+        "errors": [],
+    }

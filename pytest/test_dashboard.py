@@ -1,0 +1,569 @@
+"""dashboards.compute on recorded cycles and variations of them.
+
+Inputs are the 13 real records of pytest/recordings/cycles.jsonl, their
+callbacks rebuilt from the recorded guest reports (dashboards/testing.py),
+and copies of those records with one thing changed per test.
+"""
+
+import copy
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from dashboards import buckets, compute, inputs, manifest, render, schemas, testing
+
+REPO = testing.REPO
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return testing.with_callbacks(testing.recorded_records())
+
+
+def by_cycle(records, number):
+    return copy.deepcopy(next(r for r in records if r["cycle"] == number))
+
+
+def dashboard_of(*paths):
+    return compute.compute([str(p) for p in paths])
+
+
+def single_run(tmp_path, records, run_id="recording", **kwargs):
+    """A run directory holding records, stamped with its run id as the lab does."""
+    records = [dict(record, run_id=run_id) for record in records]
+    return testing.write_run(str(tmp_path / "results"), run_id, records, **kwargs)
+
+
+def write_lines(path, lines):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as out:
+        for line in lines:
+            out.write(line if isinstance(line, str) else json.dumps(line) + "\n")
+
+
+# ------------------------------------------------------------------ schemas
+
+def test_schemas_are_valid_and_accept_real_records(recorded, tmp_path):
+    for name in (schemas.CYCLE_RECORD, schemas.RUN_SUMMARY, schemas.RUN_MANIFEST, schemas.DASHBOARD):
+        schemas.validator(name)  # check_schema raises on a broken schema
+    for record in testing.recorded_records() + recorded + testing.compact(recorded):
+        assert schemas.errors(schemas.CYCLE_RECORD, record) == [], record["cycle"]
+        assert schemas.errors(schemas.CYCLE_RECORD, testing.started_line(record)) == []
+    run = single_run(tmp_path, recorded)
+    with open(os.path.join(run, "summary.json")) as source:
+        assert schemas.errors(schemas.RUN_SUMMARY, json.load(source)) == []
+
+
+def test_schema_rejects_wrong_records(recorded):
+    record = by_cycle(recorded, 1)
+    for change, path in [({"verdict": "maybe"}, ["verdict"]), ({"cycle": "1"}, ["cycle"]),
+                         ({"suspend_ms": "fast"}, ["suspend_ms"]), ({"status": "done", "verdict": None}, ["verdict"])]:
+        bad = dict(record, **change)
+        assert [p for p, _ in schemas.errors(schemas.CYCLE_RECORD, bad)] == [path], change
+    done_without_verdict = {k: v for k, v in record.items() if k != "verdict"}
+    assert schemas.errors(schemas.CYCLE_RECORD, done_without_verdict)
+    bad_callback = copy.deepcopy(record)
+    bad_callback["callbacks"]["platform"][0]["us"] = "slow"
+    assert schemas.errors(schemas.CYCLE_RECORD, bad_callback)[0][0][:2] == ["callbacks", "platform"]
+
+
+def test_manifest_of_this_host_is_valid(tmp_path):
+    artifacts = tmp_path / "out"
+    artifacts.mkdir()
+    (artifacts / "manifest.json").write_text(json.dumps(
+        {"variant": "patched", "tree": "linux-source-6.1.tar.xz", "tree_version": "6.1.192",
+         "kernelrelease": "6.1.192+", "series_hash": "a290a2537b597450", "config_hash": "f72122b6d06e6eb3",
+         "compiler": "gcc", "project_commit": "7a5ed5e"}))
+    run_dir = tmp_path / "run-1"
+    run_dir.mkdir()
+    written = manifest.write_manifest(str(run_dir), str(artifacts), shard=(1, 2))
+    with open(run_dir / "manifest.json") as source:
+        on_disk = json.load(source)
+    assert on_disk == written
+    assert schemas.errors(schemas.RUN_MANIFEST, on_disk) == []
+    assert on_disk["run_id"] == "run-1" and on_disk["shard"] == {"index": 1, "count": 2}
+    assert on_disk["kernel"]["series_hash"] == "a290a2537b597450"
+    assert on_disk["kernel"]["tree_version"] == "6.1.192"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert on_disk["project"]["commit"] == head
+    qemu = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True).stdout
+    assert on_disk["tools"]["qemu"] and on_disk["tools"]["qemu"] in qemu
+    assert on_disk["tools"]["ovmf"] and on_disk["tools"]["libvirtd"]
+
+
+def test_manifest_without_kernel_artifacts_says_why(tmp_path):
+    collected = manifest.collect(str(tmp_path / "missing"))
+    assert collected["kernel"]["series_hash"] is None
+    assert any("manifest.json" in error for error in collected["errors"])
+    assert schemas.errors(schemas.RUN_MANIFEST, collected) == []
+
+
+# ------------------------------------------------------------------ success rates
+
+def test_wilson_interval():
+    assert compute.wilson(0, 0) is None
+    low, high = compute.wilson(8, 10)  # the textbook example: 0.490 .. 0.943
+    assert (round(low, 3), round(high, 3)) == (0.49, 0.943)
+    assert compute.wilson(10, 10)[1] == 1.0 and compute.wilson(0, 10)[0] == 0.0
+    for k, n in [(1, 3), (50, 100), (999, 1000)]:
+        low, high = compute.wilson(k, n)
+        assert low < k / n < high
+    assert compute.wilson(50, 100)[1] - compute.wilson(50, 100)[0] > \
+        compute.wilson(500, 1000)[1] - compute.wilson(500, 1000)[0]
+
+
+def test_success_per_mode_matches_records(recorded, tmp_path):
+    board = dashboard_of(single_run(tmp_path, recorded))
+    assert board["input_errors"] == []
+    assert board["inputs"]["cycles"] == len(recorded)
+    for mode in {r["mode"] for r in recorded}:
+        mine = [r for r in recorded if r["mode"] == mode]
+        block = board["success"]["modes"][mode]
+        for verdict in ("pass", "fail", "hang", "error"):
+            assert block["counts"][verdict] == sum(r["verdict"] == verdict for r in mine), (mode, verdict)
+        judged = sum(r["verdict"] in ("pass", "fail", "hang") for r in mine)
+        passed = sum(r["verdict"] == "pass" for r in mine)
+        assert block["rate"] == round(passed / judged, 4)
+        assert block["ci95"] == compute.wilson(passed, judged)
+    assert schemas.errors(schemas.DASHBOARD, board) == []
+
+
+def test_unfinished_cycle_is_a_hang_and_errors_are_not_judged(recorded, tmp_path):
+    started_only = dict(by_cycle(recorded, 1), status="started")
+    lab_error = dict(by_cycle(recorded, 2), verdict="error", phase="lab",
+                     reason="pmlab-cycle exited with 137: Killed")
+    board = dashboard_of(single_run(tmp_path, [started_only, lab_error, by_cycle(recorded, 100)]))
+    mem = board["success"]["modes"]["mem"]
+    assert mem["counts"] == {"pass": 1, "fail": 0, "hang": 1, "error": 1, "unfinished": 1}
+    assert mem["judged"] == 2 and mem["rate"] == 0.5
+    names = {b["bucket"] for b in board["buckets"]}
+    assert names == {"hang-in-unfinished", "error:pmlab-cycle exited with N"}
+
+
+# ------------------------------------------------------------------ buckets
+
+def test_buckets_of_the_recorded_failures(recorded, tmp_path):
+    board = dashboard_of(single_run(tmp_path, recorded))
+    found = {b["bucket"]: b for b in board["buckets"]}
+    assert set(found) == {"fail-in-suspend:pmtest_legacy.6:EIO", "fail-in-resume:0000:00:10.0:EIO",
+                          "hang-in-suspend"}
+    for bucket in found.values():
+        source = next(r for r in recorded if r["verdict"] != "pass" and buckets.classify(
+            inputs.normalise(copy.deepcopy(r), "x", None)) == [bucket["bucket"]])
+        assert bucket["first"] == {"run_id": "recording", "cycle": source["cycle"],
+                                   "host_start": source["host_start"], "mode": source["mode"]}
+        assert bucket["reason"] == source["reason"]
+    # the evidence shown is the kernel's own line about the failing device
+    assert "pmtest_legacy.6" in found["fail-in-suspend:pmtest_legacy.6:EIO"]["evidence"]
+    assert "returns -5" in found["fail-in-resume:0000:00:10.0:EIO"]["evidence"]
+
+
+@pytest.mark.parametrize("number", [9, 10])
+def test_failing_device_is_the_same_from_every_source(recorded, number):
+    """callbacks field, suspend_stats delta and reason text name the same device."""
+    full = by_cycle(recorded, number)
+    assert full["callbacks"]  # rebuilt from the report
+    from_callbacks = dict(full, reason=None, suspend_stats_delta={})
+    from_stats = {k: v for k, v in full.items() if k != "callbacks"}
+    from_stats["reason"] = None
+    from_reason = {k: v for k, v in full.items() if k not in ("callbacks", "suspend_stats_delta")}
+    found = [buckets.classify(inputs.normalise(copy.deepcopy(r), "x", None))
+             for r in (full, from_callbacks, from_stats, from_reason)]
+    assert found[0][0].startswith("fail-in-") and found[0][0].endswith(":EIO")
+    assert found == [found[0]] * 4
+    bare = {k: v for k, v in from_reason.items() if k != "reason"}
+    assert buckets.classify(inputs.normalise(bare, "x", None)) == [f"fail-in-{full['phase']}"]
+
+
+def test_flag_and_verdict_buckets(recorded):
+    def classify(record):
+        return buckets.classify(inputs.normalise(record, "x", None))
+
+    passing = by_cycle(recorded, 1)
+    assert classify(copy.deepcopy(passing)) == []
+    fake = dict(passing, verdict="fail", phase="sleep",
+                reason="no proof of sleep: expected 1 PMSuspended and 1 PMWakeup event, got 0 and 0")
+    assert classify(fake) == ["fake-sleep"]
+    warned = dict(passing, problems=["[    6.1] WARNING: CPU: 0 PID: 1 at drivers/base/power/main.c:1234"])
+    assert classify(warned) == ["kernel-warning"]
+    returns = dict(passing, problems=["[    6.1] pmtest_edu 0000:00:10.0: PM: dpm_run_callback(): x returns -5"])
+    assert classify(returns) == []
+    ordered = dict(passing, evidence=passing["evidence"] + ["[ 7.0] pmtest_full pmtest_full.7: parent pmtest_full.1 "
+                                                            "should not be sleeping"])
+    assert classify(ordered) == ["ordering-violation"]
+    oracle = dict(passing, ordering_violations=[{"rule": "parent-after-children", "device": "pmtest_full.1",
+                                                 "message": "resumed before its parent"}])
+    assert classify(oracle) == ["ordering-violation:parent-after-children"]
+    hung = dict(passing, verdict="hang", phase="resume", reason="no report within 60s")
+    assert classify(dict(hung, problems=warned["problems"])) == ["hang-in-resume", "kernel-warning"]
+    errors = [dict(passing, verdict="error", phase="lab", reason=f"LabError: guest pmlab-{n} did not boot in {n}s")
+              for n in (3, 41)]
+    assert classify(errors[0]) == classify(errors[1]) == ["error:LabError"]
+    assert classify(dict(passing, verdict="fail", phase="thaw_processes[0] end", reason="kernel reported problems")) \
+        == ["fail-in-thaw_processes"]
+
+
+def test_callback_phase_agrees_with_the_lab(recorded):
+    from lab import trace
+    labels = {call["cb"] for r in recorded for calls in (r.get("callbacks") or {}).values() for call in calls}
+    labels |= {"preparing driver[suspend]", "completing bus[resume]", "early type[restore]"}
+    assert len(labels) > 10
+    for label in labels:
+        assert buckets.callback_phase(label) == trace.phase_of(label), label
+
+
+def test_first_occurrence_is_by_time_not_by_file_order(recorded, tmp_path):
+    first, second = by_cycle(recorded, 9), by_cycle(recorded, 9)
+    first.update(run_id="run-b", cycle=501, host_start="2026-12-03T10:00:00.000+00:00")
+    second.update(run_id="run-a", cycle=500, host_start="2026-12-03T11:00:00.000+00:00")
+    later_run = testing.write_run(str(tmp_path / "results"), "run-a", [second])
+    earlier_run = testing.write_run(str(tmp_path / "results"), "run-b", [first])
+    for order in ([later_run, earlier_run], [earlier_run, later_run]):
+        (bucket,) = dashboard_of(*order)["buckets"]
+        assert bucket["count"] == 2
+        assert (bucket["first"]["run_id"], bucket["first"]["cycle"]) == ("run-b", 501)
+        assert (bucket["last"]["run_id"], bucket["last"]["cycle"]) == ("run-a", 500)
+
+
+# ------------------------------------------------------------------ latency and timing
+
+def test_callback_latency_per_device_and_phase(recorded, tmp_path):
+    board = dashboard_of(single_run(tmp_path, recorded))
+    samples = {}
+    for record in recorded:
+        for device, calls in (record.get("callbacks") or {}).items():
+            for call in calls:
+                samples.setdefault((device, buckets.callback_phase(call["cb"])), []).append(call["us"])
+    assert len(samples) > 1000
+    devices = board["latency"]["devices"]
+    for (device, phase), values in samples.items():
+        got = devices[device]["phases"][phase]
+        values.sort()
+        assert got["n"] == len(values)
+        assert got["median"] == round(statistics.median(values), 1)
+        assert got["max"] == round(max(values), 1)
+        assert got["p95"] == round(values[math.ceil(0.95 * len(values)) - 1], 1)
+        assert got["median"] <= got["p95"] <= got["max"]
+    top = board["latency"]["top_p95"]
+    assert len(top) == compute.TOP_N
+    assert [row["p95"] for row in top] == sorted((row["p95"] for row in top), reverse=True)
+    slowest = max(samples.items(), key=lambda item: sorted(item[1])[math.ceil(0.95 * len(item[1])) - 1])
+    assert (top[0]["device"], top[0]["phase"]) == slowest[0]
+    failed = {(device, buckets.callback_phase(call["cb"])) for record in recorded
+              for device, calls in (record.get("callbacks") or {}).items() for call in calls if call["err"]}
+    assert failed == {("pmtest_legacy.6", "suspend"), ("0000:00:10.0", "resume")}  # the two injected faults
+    assert {(d, p) for d, block in devices.items() for p, s in block["phases"].items() if s["errors"]} == failed
+
+
+def test_both_callback_shapes_give_the_same_latency(recorded, tmp_path):
+    full = dashboard_of(single_run(tmp_path / "a", recorded))["latency"]
+    triples = dashboard_of(single_run(tmp_path / "b", testing.compact(recorded)))["latency"]
+    assert full["devices"]["0000:00:10.0"]["driver"] == "pmtest_edu"
+    assert triples["devices"]["0000:00:10.0"]["driver"] is None  # triples carry no driver
+    for block in list(full["devices"].values()) + full["top_p95"]:
+        block["driver"] = None
+    assert full == triples
+
+
+def test_unfinished_callback_is_counted(recorded, tmp_path):
+    record = by_cycle(recorded, 1)
+    record["callbacks"]["pmtest_full.3"][-1].update(us=None, err=None)
+    board = dashboard_of(single_run(tmp_path, [record]))
+    phase = buckets.callback_phase(record["callbacks"]["pmtest_full.3"][-1]["cb"])
+    got = board["latency"]["devices"]["pmtest_full.3"]["phases"][phase]
+    assert got["unfinished"] == 1 and got["n"] == 0 and got["p95"] is None
+
+
+def test_suspend_resume_distribution(recorded, tmp_path):
+    board = dashboard_of(single_run(tmp_path, recorded))
+    timing = board["timing"]["modes"]
+    for mode in {r["mode"] for r in recorded}:
+        for field in ("suspend_ms", "resume_ms"):
+            values = sorted(r[field] for r in recorded if r["mode"] == mode and r["verdict"] == "pass"
+                            and isinstance(r.get(field), (int, float)))
+            if not values:
+                assert field not in timing.get(mode, {})
+                continue
+            block = timing[mode][field]
+            assert sum(b["count"] for b in block["histogram"]) == len(values)
+            for b in block["histogram"]:
+                inside = [v for v in values if v >= b["lo"] and (b["hi"] is None or v < b["hi"])]
+                assert b["count"] == len(inside)
+            stats = block["stats"]
+            assert stats["n"] == len(values) and stats["p50"] == round(statistics.median(values), 3)
+            assert stats["min"] == round(values[0], 3) and stats["max"] == round(values[-1], 3)
+            assert stats["min"] <= stats["p50"] <= stats["p90"] <= stats["p95"] <= stats["p99"] <= stats["max"]
+    # the failed resume (cycle 10) has timings but is not a passing cycle
+    assert timing["mem"]["resume_ms"]["stats"]["n"] == sum(
+        1 for r in recorded if r["mode"] == "mem" and r["verdict"] == "pass" and r.get("resume_ms") is not None)
+
+
+# ------------------------------------------------------------------ trends
+
+def _build_runs(tmp_path, recorded, plan):
+    """plan: [(commit, hour, {mode: verdict})] -> results root."""
+    root = str(tmp_path / "results")
+    templates = {"mem": by_cycle(recorded, 1), "freeze": by_cycle(recorded, 3), "disk": by_cycle(recorded, 4)}
+    for index, (commit, hour, verdicts) in enumerate(plan):
+        records = []
+        for number, (mode, verdict) in enumerate(sorted(verdicts.items()), start=1):
+            record = copy.deepcopy(templates[mode])
+            record.update(run_id=f"run-{index}", cycle=number, host_start=f"2026-12-0{index + 1}T{hour:02d}:00:00+00:00",
+                          verdict=verdict, phase=None if verdict == "pass" else "resume",
+                          reason=None if verdict == "pass" else "no report within 60s")
+            records.append(record)
+        testing.write_run(root, f"run-{index}", records, manifest=testing.manifest(commit * 40))
+    return root
+
+
+def test_trends_failing_since_first_fail_last_pass(recorded, tmp_path):
+    root = _build_runs(tmp_path, recorded, [
+        ("a", 9, {"mem": "pass", "freeze": "fail", "disk": "pass"}),
+        ("b", 9, {"mem": "hang", "freeze": "pass", "disk": "pass"}),
+        ("c", 9, {"mem": "fail", "freeze": "pass", "disk": "pass"}),
+        ("d", 9, {"mem": "fail", "freeze": "pass", "disk": "error"}),
+    ])
+    board = dashboard_of(root)
+    builds = board["trends"]["builds"]
+    assert [b["commit"][0] for b in builds] == ["a", "b", "c", "d"]
+    assert builds[0]["key"] == "a" * 12 + "/none/baseline"
+    modes = board["trends"]["modes"]
+    mem = modes["mem"]
+    assert mem["current"] == "fail"
+    assert mem["last_pass"]["build"] == builds[0]["key"] and mem["last_pass"]["run_id"] == "run-0"
+    assert mem["first_fail"]["build"] == builds[1]["key"]
+    assert mem["failing_since"]["build"] == builds[1]["key"] and mem["failing_since"]["run_id"] == "run-1"
+    freeze = modes["freeze"]
+    assert freeze["current"] == "pass" and freeze["failing_since"] is None
+    assert freeze["first_fail"]["build"] == builds[0]["key"] and freeze["last_pass"]["build"] == builds[3]["key"]
+    disk = modes["disk"]  # a lab error in the last build says nothing about the kernel
+    assert disk["current"] == "pass" and disk["builds"] == 3 and disk["first_fail"] is None
+    assert builds[3]["modes"]["disk"]["status"] == "unknown"
+    assert board["runs"]["run-2"]["manifests"][0]["commit"] == "c" * 40
+
+
+def test_trends_are_ordered_by_time_not_by_name(recorded, tmp_path):
+    root = _build_runs(tmp_path, recorded, [("f", 9, {"mem": "pass"}), ("0", 10, {"mem": "fail"})])
+    board = dashboard_of(root)
+    assert [b["commit"][0] for b in board["trends"]["builds"]] == ["f", "0"]
+    assert board["trends"]["modes"]["mem"]["failing_since"]["build"].startswith("0")
+
+
+# ------------------------------------------------------------------ malformed input
+
+def test_malformed_lines_are_reported_and_the_rest_counted(recorded, tmp_path, capsys):
+    good = single_run(tmp_path / "ok", recorded[:6], run_id="good-run")
+    bad_dir = tmp_path / "results" / "bad-run"
+    one, two, three, four, five = (dict(by_cycle(recorded, n), run_id="bad-run") for n in (1, 2, 3, 9, 10))
+    two_bad_type = dict(two, suspend_ms="fast")
+    three_bad_device = copy.deepcopy(three)
+    three_bad_device["callbacks"]["pmtest_full.0"][0]["us"] = "slow"
+    five_no_verdict = {k: v for k, v in five.items() if k != "verdict"}
+    done_line = json.dumps(four)
+    lines = [
+        testing.started_line(one), one,                                  # 1, 2
+        "this is not json\n",                                            # 3
+        testing.started_line(two), two_bad_type,                         # 4, 5
+        "[1, 2, 3]\n",                                                   # 6
+        testing.started_line(three), three_bad_device,                   # 7, 8
+        testing.started_line(five), five_no_verdict,                     # 9, 10
+        testing.started_line(four), done_line[:len(done_line) // 2],     # 11, 12 (cut short, no newline)
+    ]
+    write_lines(str(bad_dir / "cycles.jsonl"), lines)
+    cycles_file = str(bad_dir / "cycles.jsonl")
+
+    assert compute.main([good, str(bad_dir), "-o", str(tmp_path / "d.json")]) == 0
+    stderr = capsys.readouterr().err
+    with open(tmp_path / "d.json") as source:
+        board = json.load(source)
+    assert schemas.errors(schemas.DASHBOARD, board) == []
+    lines_reported = sorted({(e["file"], e["line"]) for e in board["input_errors"]})
+    assert lines_reported == [(cycles_file, n) for n in (3, 5, 6, 8, 10, 12)]
+    for number in (3, 5, 6, 8, 10, 12):
+        assert f"{cycles_file}:{number}:" in stderr
+    messages = {e["line"]: e["message"] for e in board["input_errors"]}
+    assert "suspend_ms" in messages[5] and "callbacks.pmtest_full.0[0]" in messages[8]
+    assert "verdict" in messages[10] and "cut short" in messages[12]
+
+    # the good run is untouched
+    alone = dashboard_of(good)
+    assert board["runs"]["good-run"] == alone["runs"]["good-run"]
+    # bad run: 1 passes; 2 counted without its timing; 3 counted without that device;
+    # 9 (cut short) left with its started line = unfinished hang; 10 (no verdict) excluded
+    assert board["runs"]["bad-run"]["cycles"] == 4
+    assert board["inputs"]["excluded_cycles"] == 1
+    counts = {f["cycle"]: f for f in board["failures"]["cycles"] if f["run_id"] == "bad-run"}
+    assert set(counts) == {9} and counts[9]["unfinished"] and counts[9]["buckets"] == ["hang-in-unfinished"]
+    devices, alone_devices = board["latency"]["devices"], alone["latency"]["devices"]
+    # bad-run cycles 1 and 2 (mem) and 3 (freeze) add their suspend callbacks, but
+    # cycle 3's pmtest_full.0 entry was malformed and dropped, and only that device
+    assert devices["pmtest_full.0"]["phases"]["suspend"]["n"] == \
+        alone_devices["pmtest_full.0"]["phases"]["suspend"]["n"] + 2
+    for device in ("pmtest_full.1", "pmtest_full.2", "0000:00:10.0"):
+        assert devices[device]["phases"]["suspend"]["n"] == alone_devices[device]["phases"]["suspend"]["n"] + 3
+    freeze_timing = board["timing"]["modes"]["freeze"]["suspend_ms"]["stats"]["n"]
+    assert freeze_timing == alone["timing"]["modes"]["freeze"]["suspend_ms"]["stats"]["n"] + 1
+    mem_timing = board["timing"]["modes"]["mem"]["suspend_ms"]["stats"]["n"]
+    assert mem_timing == alone["timing"]["modes"]["mem"]["suspend_ms"]["stats"]["n"] + 1  # cycle 1 only, not 2
+
+    assert compute.main([good, str(bad_dir), "--strict", "-o", str(tmp_path / "d2.json")]) == 1
+    assert compute.main([good, "--strict", "-o", str(tmp_path / "d3.json")]) == 0
+
+
+def test_bad_summary_and_manifest_are_reported(recorded, tmp_path):
+    run = single_run(tmp_path, recorded[:3])
+    with open(os.path.join(run, "summary.json"), "w") as out:
+        out.write('{"cycles": "three"')
+    with open(os.path.join(run, "manifest.json"), "w") as out:
+        json.dump({"schema": "pmlab-run-manifest/1"}, out)
+    board = dashboard_of(run)
+    files = sorted(os.path.basename(e["file"]) for e in board["input_errors"])
+    assert "summary.json" in files and "manifest.json" in files
+    assert board["inputs"]["cycles"] == 3 and board["runs"]["recording"]["manifests"] == []
+
+
+def test_missing_paths_and_empty_dirs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    board = dashboard_of(tmp_path / "nowhere", tmp_path / "empty")
+    assert {(os.path.basename(e["file"]), e["line"], e["message"]) for e in board["input_errors"]} == {
+        ("nowhere", None, "not found"), ("empty", None, "no run directories (no */cycles.jsonl) here")}
+    assert board["inputs"]["cycles"] == 0 and board["success"]["all"]["rate"] is None
+    assert schemas.errors(schemas.DASHBOARD, board) == []
+
+
+def test_latest_link_is_not_read_twice(recorded, tmp_path):
+    run = single_run(tmp_path, recorded)
+    root = os.path.dirname(run)
+    assert os.path.islink(os.path.join(root, "latest"))
+    assert dashboard_of(root)["inputs"]["cycles"] == len(recorded)
+    assert dashboard_of(root, run, os.path.join(root, "latest"))["inputs"]["cycles"] == len(recorded)
+
+
+# ------------------------------------------------------------------ determinism and shards
+
+def test_output_is_deterministic(recorded, tmp_path):
+    run = single_run(tmp_path / "a", recorded)
+    first = compute.dumps(dashboard_of(run))
+    assert compute.dumps(dashboard_of(run)) == first
+    shuffled = list(recorded)
+    random.Random(7).shuffle(shuffled)
+    assert compute.dumps(dashboard_of(single_run(tmp_path / "b", shuffled))) == first
+    assert "written" not in first and json.loads(first) == dashboard_of(run)
+
+
+@pytest.mark.parametrize("split", ["alternate", "halves", "random"])
+def test_shards_give_the_same_dashboard_as_one_run(recorded, tmp_path, split):
+    records = list(recorded)
+    # more cycles, with distinct numbers and times, so every section has several entries
+    for offset in (1000, 2000):
+        for record in recorded:
+            extra = copy.deepcopy(record)
+            extra["cycle"] += offset
+            extra["host_start"] = extra["host_start"].replace("T13:", f"T{13 + offset // 1000}:")
+            records.append(extra)
+    if split == "alternate":
+        shards = [records[0::2], records[1::2]]
+    elif split == "halves":
+        shards = [records[:len(records) // 2], records[len(records) // 2:]]
+    else:
+        rng = random.Random(31)
+        picks = [rng.random() < 0.5 for _ in records]
+        shards = [[r for r, p in zip(records, picks) if p], [r for r, p in zip(records, picks) if not p]]
+    assert all(shards)
+    same = testing.manifest("ab" * 20)
+    one = testing.write_run(str(tmp_path / "one"), "20261203-130000-1", records, manifest=same)
+    shard_root = str(tmp_path / "sharded")
+    shard_dirs = [testing.write_run(shard_root, f"20261203-130000-1-shard{k}of2", shard,
+                                    manifest=dict(same, shard={"index": k, "count": 2}))
+                  for k, shard in enumerate(shards, start=1)]
+    single = dashboard_of(one)
+    assert single["inputs"]["cycles"] == len(records) and single["buckets"]
+    assert compute.dumps(dashboard_of(*shard_dirs)) == compute.dumps(single)
+    assert compute.dumps(dashboard_of(*reversed(shard_dirs))) == compute.dumps(single)
+    assert compute.dumps(dashboard_of(shard_root)) == compute.dumps(single)
+
+
+def test_a_shard_alone_differs(recorded, tmp_path):
+    """The property above is not vacuous: leaving a shard out changes the dashboard."""
+    one = testing.write_run(str(tmp_path / "one"), "r", recorded)
+    part = testing.write_run(str(tmp_path / "part"), "r", recorded[::2])
+    assert dashboard_of(one) != dashboard_of(part)
+
+
+# ------------------------------------------------------------------ page embedding
+
+def test_render_embeds_hostile_strings_inertly(recorded, tmp_path):
+    record = by_cycle(recorded, 9)
+    hostile = "</script><script>alert(1)</script><!--"
+    record["callbacks"][hostile] = [{"cb": "bus[suspend]", "driver": "x&y", "t": 1.0, "us": 5.0, "err": -5}]
+    record["reason"] = "failed callbacks: [('" + hostile + "', 'bus[suspend]', -5)] \u2028 & <b>"
+    run = single_run(tmp_path, [record])
+    out = tmp_path / "page" / "dashboard.json"
+    out.parent.mkdir()
+    board = dashboard_of(run)
+    out.write_text(compute.dumps(board))
+    page = render.render(str(out))
+    with open(page) as source:
+        html = source.read()
+    start = html.index('<script type="application/json" id="dashboard-data">') + len(
+        '<script type="application/json" id="dashboard-data">')
+    end = html.index("</script>", start)
+    embedded = html[start:end]
+    assert "<" not in embedded and ">" not in embedded and "&" not in embedded
+    assert json.loads(embedded) == board
+    assert html.count("</script>") == 3  # data, chart.min.js, dashboard-page.js
+    for name in ("chart.min.js", "dashboard-page.js", "dashboard-page.css"):
+        assert os.path.getsize(tmp_path / "page" / name) > 0
+    with open(tmp_path / "page" / "chart.min.js", "rb") as copied, open(render.CHARTJS, "rb") as original:
+        assert copied.read() == original.read()
+
+
+def test_page_code_uses_no_html_sinks():
+    with open(os.path.join(render.PAGE, "dashboard-page.js")) as source:
+        code = source.read()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in code.replace("never innerHTML", ""), sink
+
+
+def test_cli_runs_as_a_module(recorded, tmp_path):
+    run = single_run(tmp_path, recorded)
+    out = tmp_path / "cli.json"
+    done = subprocess.run([sys.executable, "-m", "dashboards.compute", run, "-o", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == dashboard_of(run)
+    assert f"{len(recorded)} cycles from 1 runs" in done.stderr
+
+
+def test_fast_callback_check_agrees_with_the_schema(recorded):
+    """inputs.per_device_errors checks callbacks / pmtest by hand for speed;
+    it must flag exactly what the schema flags."""
+    record = by_cycle(recorded, 9)
+    good_object = copy.deepcopy(record["callbacks"]["pmtest_legacy.6"][0])
+    entries = [good_object, ["bus[suspend]", 12.0, 0], ["bus[suspend]", None, None], dict(good_object, t=None),
+               dict(good_object, driver=None), {k: v for k, v in good_object.items() if k not in ("t", "driver")}]
+    broken = [dict(good_object, us="12"), dict(good_object, us=-1), dict(good_object, err=1.5),
+              dict(good_object, err=True), dict(good_object, cb=None), dict(good_object, driver=3),
+              dict(good_object, t="now"), {k: v for k, v in good_object.items() if k != "err"},
+              ["bus[suspend]", 12.0], ["bus[suspend]", 12.0, 0, 1], [1, 12.0, 0], ["x", "12", 0], ["x", 1, 0.5],
+              "bus[suspend]", None, 5]
+    for entry in entries + broken:
+        for name, value in (("callbacks", {"dev": [entry]}), ("pmtest", {"dev": [entry]})):
+            by_schema = schemas.errors(schemas.CYCLE_RECORD, {"cycle": 1, "status": "started", "mode": "mem",
+                                                               name: value})
+            by_hand = inputs.per_device_errors(name, value)
+            assert bool(by_schema) == bool(by_hand), (name, entry)
+            assert [p[:2] for p, _ in by_schema] == [p[:2] for p, _ in by_hand], (name, entry)
+        assert (entry in broken) == bool(inputs.per_device_errors("callbacks", {"dev": [entry]})), entry
+    for whole in ([], "x", {"dev": "x"}, {"dev": {}}):
+        for name in ("callbacks", "pmtest"):
+            by_schema = schemas.errors(schemas.CYCLE_RECORD, {"cycle": 1, "status": "started", "mode": "mem",
+                                                               name: whole})
+            assert bool(by_schema) == bool(inputs.per_device_errors(name, whole)), (name, whole)
+    assert inputs.record_errors(record) == []
