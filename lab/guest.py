@@ -204,6 +204,7 @@ class Guest:
             try:
                 libvirt_qemu.qemuMonitorCommand(
                     self.dom, '{"execute":"chardev-send-break","arguments":{"id":"charserial0"}}', 0)
+                time.sleep(0.3)  # let the guest's UART take the BREAK before the key
                 self._console_stream.send(key.encode())
             except Exception as error:  # best effort: this runs on a guest already in trouble
                 printed.append(f"sysrq {key}: {error}")

@@ -119,9 +119,14 @@ def summarize(records):
     summary["modes"] = {}
     for mode in sorted({r["mode"] for r in records}):
         summary["modes"][mode] = block([r for r in records if r["mode"] == mode])
+    # A cycle made to fail on purpose (e.g. an injected hang) carries
+    # expected_verdict; only cycles that did not do what was expected count here.
     summary["failed_cycles"] = [
         {"cycle": r["cycle"], "mode": r["mode"], "verdict": r.get("verdict", "unfinished"),
          "phase": r.get("phase"), "reason": r.get("reason")}
-        for r in records if r.get("verdict") != "pass"]
+        for r in records if r.get("verdict", "unfinished") != r.get("expected_verdict", "pass")]
+    summary["expected_non_pass"] = [
+        {"cycle": r["cycle"], "verdict": r["verdict"], "phase": r.get("phase")}
+        for r in records if r.get("expected_verdict", "pass") != "pass" and r.get("verdict") == r["expected_verdict"]]
     summary["written"] = iso(time.time())
     return summary

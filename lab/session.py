@@ -54,8 +54,9 @@ class Session:
                            "modules": self.artifacts.modules},
                 "profile": self.profile, "worker": self.worker}
 
-    def cycle(self, mode, number, knobs=()):
-        """Run cycle `number`; always returns its final record."""
+    def cycle(self, mode, number, knobs=(), expect="pass"):
+        """Run cycle `number`; always returns its final record. `expect`: the
+        verdict the caller provoked on purpose (recorded, used by the summary)."""
         if self.guest is None:
             started = time.time()
             try:
@@ -68,9 +69,12 @@ class Session:
                           "verdict": "error", "phase": "boot",
                           "reason": f"{type(error).__name__}: {error}"}
                 record.update(self._meta())
+                record["expected_verdict"] = expect
                 self.rundir.append(record)
                 return record
-        record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, self._meta())
+        meta = self._meta()
+        meta["expected_verdict"] = expect
+        record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta)
         if not record.get("guest_usable", True):
             self.guest.close()
             self.guest = None

@@ -89,12 +89,15 @@ def lab_run(request):
     """The run directory and the checked inputs shared by guest tests: a
     missing artifact or an unstartable libvirt fails here, clearly."""
     config = request.config
+    problem = None
     try:
         found = artifacts_mod.find(_artifacts_dir(config))
         watchdogs = watchdogs_from(config.getoption("--watchdog"))
         connection = virt.Connection(config.getoption("--uri"))
     except virt.LabError as error:
-        pytest.fail(f"lab setup: {error}", pytrace=False)
+        problem = str(error)
+    if problem:  # outside the except block: one message, no exception chain
+        pytest.fail(f"lab setup: {problem}", pytrace=False)
     rundir = RunDir(config.getoption("--lab-results"), config.pmlab_run_id)
     worker = getattr(config, "workerinput", {}).get("workerid", "w0")
     yield {"artifacts": found, "watchdogs": watchdogs, "connection": connection,

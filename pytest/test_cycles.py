@@ -51,7 +51,7 @@ def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
                       watchdogs, lab_run["worker"] + "-hang", connection=lab_run["connection"])
     mem = modes.parse_mode("mem")
     try:
-        hung = session.cycle(mem, HANG_CYCLE, [("delay", f"* suspend {HANG_DELAY_MS}")])
+        hung = session.cycle(mem, HANG_CYCLE, [("delay", f"* suspend {HANG_DELAY_MS}")], expect="hang")
         assert hung["verdict"] == "hang", _explain(hung)
         assert hung["phase"] == "suspend", _explain(hung)
         assert any("pmlab: cycle %d begin" % HANG_CYCLE in line for line in hung["evidence"]), _explain(hung)

@@ -75,3 +75,12 @@ def test_parallel_writers_never_interleave(tmp_path):
     with open(os.path.join(path, "cycles.jsonl")) as lines:
         parsed = [json.loads(line) for line in lines]
     assert len(parsed) == 200
+
+
+def test_expected_hang_is_not_a_failed_cycle():
+    hang = record(7, verdict="hang")
+    hang["expected_verdict"] = "hang"
+    summary = summarize([record(1), hang])
+    assert summary["failed_cycles"] == []
+    assert summary["expected_non_pass"] == [{"cycle": 7, "verdict": "hang", "phase": None}]
+    assert summary["counts"]["hang"] == 1
