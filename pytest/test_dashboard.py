@@ -567,3 +567,21 @@ def test_fast_callback_check_agrees_with_the_schema(recorded):
                                                                name: whole})
             assert bool(by_schema) == bool(inputs.per_device_errors(name, whole)), (name, whole)
     assert inputs.record_errors(record) == []
+
+
+def test_started_line_never_supersedes_a_done_line(recorded, tmp_path):
+    """lab.records writes started before done; should a started line for a
+    finished cycle ever follow it, the verdict stays (and a done line in
+    another shard beats a lone started line whatever order the files come in)."""
+    record = dict(by_cycle(recorded, 9), run_id="r")
+    path = str(tmp_path / "a" / "r" / "cycles.jsonl")
+    write_lines(path, [testing.started_line(record), record, testing.started_line(record)])
+    (row,) = dashboard_of(os.path.dirname(path))["failures"]["cycles"]
+    assert (row["verdict"], row["unfinished"]) == ("fail", False)
+    lone = str(tmp_path / "b" / "r-shard" / "cycles.jsonl")
+    write_lines(lone, [testing.started_line(record)])
+    done_only = str(tmp_path / "c" / "r-other" / "cycles.jsonl")
+    write_lines(done_only, [record])
+    for order in ((lone, done_only), (done_only, lone)):
+        (row,) = dashboard_of(*map(os.path.dirname, order))["failures"]["cycles"]
+        assert (row["verdict"], row["unfinished"]) == ("fail", False)
