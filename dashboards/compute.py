@@ -6,7 +6,9 @@ Sections (dashboards/schema/dashboard.v1.json):
   success      per mode: verdict counts, success rate and its Wilson 95 %
                interval. Rate = pass / (pass + fail + hang); a cycle with only
                its "started" line is a hang; "error" (the lab failed, not the
-               kernel) is counted but left out of the rate.
+               kernel) is counted but left out of the rate, and so are cycles
+               made to fail on purpose (expected_verdict other than pass,
+               counted as "injected").
   buckets      failure buckets (dashboards/buckets.py) with counts per mode and
                first / last occurrence (run id, cycle, host_start).
   failures     every cycle that did not pass, oldest first (the newest 500).
@@ -102,22 +104,28 @@ def build_key(cycle):
 
 # ------------------------------------------------------------------ sections
 
+def injected(cycle):
+    return cycle["expected_verdict"] != "pass"
+
+
 def verdict_counts(group):
     counts = {verdict: 0 for verdict in VERDICTS}
     counts["unfinished"] = 0
     for cycle in group:
         counts[cycle["verdict"]] += 1
         counts["unfinished"] += cycle["unfinished"]
-    judged = counts["pass"] + counts["fail"] + counts["hang"]
-    return {"cycles": len(group), "counts": counts, "judged": judged,
-            "rate": round(counts["pass"] / judged, 4) if judged else None,
-            "ci95": wilson(counts["pass"], judged)}
+    natural = [c for c in group if not injected(c)]
+    passed = sum(c["verdict"] == "pass" for c in natural)
+    judged = sum(c["verdict"] in ("pass", "fail", "hang") for c in natural)
+    return {"cycles": len(group), "counts": counts, "injected": len(group) - len(natural), "judged": judged,
+            "rate": round(passed / judged, 4) if judged else None, "ci95": wilson(passed, judged)}
 
 
 def success(cycles):
     modes = sorted({c["mode"] for c in cycles})
-    return {"definition": "pass / (pass + fail + hang); unfinished cycles are hangs; "
-                          "lab errors are counted but not judged; ci95: Wilson score interval",
+    return {"definition": "pass / (pass + fail + hang); unfinished cycles are hangs; lab errors and "
+                          "cycles failed on purpose (injected) are counted but not judged; "
+                          "ci95: Wilson score interval",
             "all": verdict_counts(cycles),
             "modes": {mode: verdict_counts([c for c in cycles if c["mode"] == mode]) for mode in modes}}
 
@@ -128,10 +136,12 @@ def bucket_section(cycles):
         for name in cycle["buckets"]:
             entry = found.get(name)
             if entry is None:
-                entry = found[name] = {"bucket": name, "kind": buckets.kind_of(name), "count": 0, "modes": {},
+                entry = found[name] = {"bucket": name, "kind": buckets.kind_of(name), "count": 0, "expected": 0,
+                                       "modes": {},
                                        "first": occurrence(cycle), "reason": cycle["reason"],
                                        "evidence": buckets.example_line(cycle, name)}
             entry["count"] += 1
+            entry["expected"] += injected(cycle) and cycle["verdict"] == cycle["expected_verdict"]
             entry["modes"][cycle["mode"]] = entry["modes"].get(cycle["mode"], 0) + 1
             entry["last"] = occurrence(cycle)
     return sorted(found.values(), key=lambda e: (-e["count"], e["bucket"]))
@@ -139,7 +149,8 @@ def bucket_section(cycles):
 
 def failures(cycles):
     failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] != "pass"]
-    rows = [dict(occurrence(c), verdict=c["verdict"], unfinished=c["unfinished"], phase=c["phase"],
+    rows = [dict(occurrence(c), verdict=c["verdict"], expected_verdict=c["expected_verdict"],
+                 unfinished=c["unfinished"], phase=c["phase"],
                  reason=c["reason"], buckets=c["buckets"]) for c in failed[-MAX_FAILURES:]]
     return {"total": len(failed), "shown": len(rows), "cycles": rows}
 
@@ -209,10 +220,12 @@ def trends(cycles):
         build["runs"].sort()
         for mode, group in sorted(build.pop("_cycles").items()):
             block = verdict_counts(group)
-            bad = block["counts"]["fail"] + block["counts"]["hang"]
-            block["status"] = "fail" if bad else ("pass" if block["counts"]["pass"] else "unknown")
-            block["first_fail"] = next((occurrence(c) for c in group if c["verdict"] in ("fail", "hang")), None)
-            block["last_pass"] = next((occurrence(c) for c in reversed(group) if c["verdict"] == "pass"), None)
+            natural = [c for c in group if not injected(c)]
+            bad = [c for c in natural if c["verdict"] in ("fail", "hang")]
+            good = [c for c in natural if c["verdict"] == "pass"]
+            block["status"] = "fail" if bad else ("pass" if good else "unknown")
+            block["first_fail"] = occurrence(bad[0]) if bad else None
+            block["last_pass"] = occurrence(good[-1]) if good else None
             build["modes"][mode] = block
     modes = {}
     for mode in sorted({c["mode"] for c in cycles}):

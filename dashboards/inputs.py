@@ -139,6 +139,7 @@ def normalise(record, default_run_id, manifest):
         "wake": _str(record.get("wake")),
         "unfinished": not done,
         "verdict": record["verdict"] if done else "hang",
+        "expected_verdict": record.get("expected_verdict") or "pass",
         "phase": _str(record.get("phase")) if done else None,
         "reason": _str(record.get("reason")) if done else "only the \"started\" line: the cycle never finished",
         "host_start": _str(record.get("host_start")),

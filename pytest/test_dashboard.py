@@ -585,3 +585,23 @@ def test_started_line_never_supersedes_a_done_line(recorded, tmp_path):
     for order in ((lone, done_only), (done_only, lone)):
         (row,) = dashboard_of(*map(os.path.dirname, order))["failures"]["cycles"]
         assert (row["verdict"], row["unfinished"]) == ("fail", False)
+
+
+def test_injected_failures_are_counted_not_judged(recorded, tmp_path):
+    """Cycles failed on purpose (expected_verdict, lab/session.py) stay out of
+    success rates and trends but keep their buckets, marked as expected."""
+    records = [by_cycle(recorded, 1), dict(by_cycle(recorded, 9), expected_verdict="fail"),
+               dict(by_cycle(recorded, 200), expected_verdict="hang"), by_cycle(recorded, 10)]
+    board = dashboard_of(single_run(tmp_path, records))
+    mem = board["success"]["modes"]["mem"]
+    assert mem["counts"] == {"pass": 1, "fail": 2, "hang": 1, "error": 0, "unfinished": 0}
+    assert (mem["injected"], mem["judged"], mem["rate"]) == (2, 2, 0.5)
+    assert mem["ci95"] == compute.wilson(1, 2)
+    found = {b["bucket"]: (b["count"], b["expected"]) for b in board["buckets"]}
+    assert found == {"fail-in-suspend:pmtest_legacy.6:EIO": (1, 1), "hang-in-suspend": (1, 1),
+                     "fail-in-resume:0000:00:10.0:EIO": (1, 0)}
+    expected = {row["cycle"]: row["expected_verdict"] for row in board["failures"]["cycles"]}
+    assert expected == {9: "fail", 200: "hang", 10: "pass"}
+    (build,) = board["trends"]["builds"]
+    assert build["modes"]["mem"]["first_fail"]["cycle"] == 10  # the one not provoked
+    assert schemas.errors(schemas.DASHBOARD, board) == []

@@ -159,6 +159,7 @@
       ['hang', function (r) { return r.b.counts.hang; }, 'num'],
       ['(unfinished)', function (r) { return r.b.counts.unfinished; }, 'num'],
       ['lab error', function (r) { return r.b.counts.error; }, 'num'],
+      ['injected', function (r) { return r.b.injected; }, 'num'],
       ['success rate', function (r) { return pct(r.b.rate); }, 'num'],
       ['95 % interval', function (r) { return r.b.ci95 ? pct(r.b.ci95[0]) + ' \u2013 ' + pct(r.b.ci95[1]) : '\u2013'; }, 'num']
     ], rows);
@@ -189,6 +190,7 @@
       ['bucket', function (b) { return b.bucket; }, 'text'],
       ['kind', function (b) { return b.kind; }],
       ['count', function (b) { return b.count; }, 'num'],
+      ['as injected', function (b) { return b.expected; }, 'num'],
       ['modes', function (b) {
         return Object.keys(b.modes).sort().map(function (m) { return m + ' ' + b.modes[m]; }).join(', ');
       }],
@@ -322,7 +324,10 @@
       ['cycle', function (r) { return r.cycle; }, 'num'],
       ['started', function (r) { return r.host_start; }],
       ['mode', function (r) { return r.mode; }],
-      ['verdict', function (r) { return r.verdict + (r.unfinished ? ' (unfinished)' : ''); }],
+      ['verdict', function (r) {
+        return r.verdict + (r.unfinished ? ' (unfinished)' : '') +
+          (r.expected_verdict !== 'pass' ? ' (expected ' + r.expected_verdict + ')' : '');
+      }],
       ['phase', function (r) { return r.phase; }],
       ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],
       ['reason', function (r) { return r.reason; }, 'text']
