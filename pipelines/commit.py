@@ -1,0 +1,267 @@
+"""The commit pipeline: build -> boot -> smoke cycles -> dashboard -> gate.
+
+  pipelines/commit [--build auto|always|never] [--smoke mem=3,freeze=2,disk=1]
+                   [--results DIR] [--run-id ID] [--junit PATH] [lab.run options]
+
+Stages (wall time of each printed as it ends, and a table at the end):
+  build      kernel/build (buildah container, ccache), under flock
+             /tmp/pmlab-kernel-build.lock. "auto" (default) skips it when
+             build/out/manifest.json is newer than every file under kernel/
+             and containers/ and its series_hash is the series' hash now.
+  initramfs  lab/build-initramfs; "auto" skips it when initramfs.cpio.gz is
+             newer than guest/* and the artifacts' modules.
+  smoke      lab.run: a few cycles of each mode, one guest (booted once).
+  junit      <run dir>/junit.xml (and --junit PATH): one testcase per cycle.
+  dashboard  dashboards.compute (+ dashboards.render) if that module exists.
+  compare    against the previous run of this pipeline: the newest earlier
+             results/*/ whose pipeline.json says "commit" and that has cycles.
+             A mode whose pass rate dropped or a failure bucket that was not
+             there before is a regression (pipelines/compare.py).
+
+Exit: 0 no regression, 1 regression (or the build / smoke could not give a
+result: a commit that does not build or boot regressed), 2 bad input or setup.
+"""
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines import compare as compare_mod  # noqa: E402
+from pipelines import junit as junit_mod  # noqa: E402
+from pipelines.common import (PYTHON, REPO, Stages, build_lock, log, module_available,  # noqa: E402
+                              read_json, read_records, run, stamp, write_json)
+
+PROG = "commit"
+MARKER = "pipeline.json"
+DEFAULT_SMOKE = "mem=3,freeze=2,disk=1"
+
+
+def parse_smoke(text):
+    """"mem=3,freeze=2,disk=1" -> ["mem", "mem", "mem", "freeze", "freeze", "disk"]"""
+    modes = []
+    for part in text.split(","):
+        name, _, count = part.strip().partition("=")
+        count = count or "1"
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"bad --smoke part '{part}': use MODE=COUNT,... e.g. {DEFAULT_SMOKE}")
+        modes += [name] * int(count)
+    return modes
+
+
+def series_hash(series_dir):
+    """kernel/tree.sh's series_hash: sha256 of the series file and its patches."""
+    with open(os.path.join(series_dir, "series"), "rb") as source:
+        series = source.read()
+    digest = hashlib.sha256(series)
+    for line in series.decode().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            with open(os.path.join(series_dir, line), "rb") as patch:
+                digest.update(patch.read())
+    return digest.hexdigest()[:16]
+
+
+def newest_mtime(*roots):
+    newest, which = 0.0, None
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", ".git")]
+            for name in files:
+                path = os.path.join(folder, name)
+                try:
+                    mtime = os.stat(path).st_mtime
+                except OSError:
+                    continue
+                if mtime > newest:
+                    newest, which = mtime, path
+    return newest, which
+
+
+def kernel_current(artifacts, repo=REPO):
+    """(True, why) if build/out holds the kernel of the current inputs."""
+    manifest_path = os.path.join(artifacts, "manifest.json")
+    manifest = read_json(manifest_path)
+    if not manifest or not os.path.isfile(os.path.join(artifacts, "bzImage")):
+        return False, "no built kernel"
+    want = series_hash(os.path.join(repo, "kernel", "patches"))
+    if manifest.get("variant") != "patched" or manifest.get("series_hash") != want:
+        return False, f"series hash {manifest.get('series_hash')} != {want}"
+    newest, which = newest_mtime(os.path.join(repo, "kernel"), os.path.join(repo, "containers"))
+    if newest > os.stat(manifest_path).st_mtime:
+        return False, f"{os.path.relpath(which, repo)} is newer than the build"
+    return True, f"series {want}, inputs older than the build"
+
+
+def initramfs_current(artifacts, repo=REPO):
+    image = os.path.join(artifacts, "initramfs.cpio.gz")
+    if not os.path.isfile(image):
+        return False, "no initramfs"
+    newest, which = newest_mtime(os.path.join(repo, "guest"), os.path.join(artifacts, "modules"))
+    if newest > os.stat(image).st_mtime:
+        return False, f"{os.path.relpath(which, repo)} is newer than the initramfs"
+    return True, "inputs older than the image"
+
+
+def previous_run(results, current_id):
+    """The newest earlier run dir of this pipeline that has cycles, or None."""
+    mine = read_json(os.path.join(results, current_id, MARKER)) or {}
+    before = mine.get("started_epoch", time.time())
+    candidates = []
+    for name in os.listdir(results) if os.path.isdir(results) else ():
+        path = os.path.join(results, name)
+        if name == current_id or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        marker = read_json(os.path.join(path, MARKER))
+        if not marker or marker.get("pipeline") != "commit":
+            continue
+        if marker.get("started_epoch", 0) >= before:
+            continue
+        if not os.path.isfile(os.path.join(path, "cycles.jsonl")):
+            continue
+        candidates.append((marker.get("started_epoch", 0), name, path))
+    for _, _, path in sorted(candidates, reverse=True):
+        if read_records(path):
+            return path
+    return None
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="pipelines/commit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--smoke", default=DEFAULT_SMOKE, help="MODE=COUNT,... (default %(default)s)")
+    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    parser.add_argument("--run-id")
+    parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
+    lab = parser.add_argument_group("passed to lab.run")
+    for option in ("--uri", "--profile", "--memory", "--vcpus"):
+        lab.add_argument(option)
+    lab.add_argument("--watchdog", action="append")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        smoke = parse_smoke(args.smoke)
+        from lab.modes import parse_mode
+        for mode in set(smoke):
+            parse_mode(mode)
+    except Exception as error:
+        print(f"commit: {error}", file=sys.stderr)
+        return 2
+    run_id = args.run_id or f"commit-{stamp()}-{os.getpid()}"
+    run_dir = os.path.join(args.results, run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    artifacts = os.path.join(REPO, "build", "out")
+    marker = {"pipeline": "commit", "run_id": run_id, "started": stamp(), "started_epoch": time.time(),
+              "stages": [], "result": "running"}
+    marker_path = os.path.join(run_dir, MARKER)
+    write_json(marker_path, marker)
+    stages = Stages(PROG)
+    result, exit_code, findings = "pass", 0, []
+
+    def finish():
+        marker.update(stages=stages.done, result=result, exit=exit_code, regressions=findings,
+                      finished=stamp())
+        write_json(marker_path, marker)
+        print(stages.table(), flush=True)
+        log(PROG, f"{result}: exit {exit_code}; results {run_dir}")
+        return exit_code
+
+    with stages.stage("build") as entry:
+        current, why = kernel_current(artifacts)
+        if args.build == "never" or (args.build == "auto" and current):
+            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else "--build never"
+        else:
+            log(PROG, f"building the kernel ({why})")
+            with build_lock(PROG):
+                code = run([os.path.join(REPO, "kernel", "build")], prefix="build")
+            if code:
+                entry["status"], entry["note"] = "failed", f"kernel/build exit {code}"
+    if stages.done[-1]["status"] == "failed":
+        result, exit_code = "build failed", 1
+        return finish()
+    marker["kernel"] = read_json(os.path.join(artifacts, "manifest.json"))
+
+    with stages.stage("initramfs") as entry:
+        current, why = initramfs_current(artifacts)
+        if args.build == "never" or (args.build == "auto" and current):
+            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else "--build never"
+        else:
+            code = run([os.path.join(REPO, "lab", "build-initramfs")], prefix="initramfs")
+            if code:
+                entry["status"], entry["note"] = "failed", f"lab/build-initramfs exit {code}"
+    if stages.done[-1]["status"] == "failed":
+        result, exit_code = "initramfs failed", 1
+        return finish()
+
+    with stages.stage("smoke") as entry:
+        argv = [PYTHON, "-m", "lab.run", "--results", args.results, "--run-id", run_id, "--cycles", "1"]
+        for mode in smoke:
+            argv += ["--mode", mode]
+        for option in ("uri", "profile", "memory", "vcpus"):
+            if getattr(args, option) is not None:
+                argv += [f"--{option}", str(getattr(args, option))]
+        for value in args.watchdog or ():
+            argv += ["--watchdog", value]
+        code = run(argv, prefix="lab.run")
+        records = read_records(run_dir)
+        passed = sum(1 for r in records if compare_mod.passed(r))
+        entry["note"] = f"{passed}/{len(records)} cycles passed (lab.run exit {code})"
+        if code == 2 and not records:
+            entry["status"] = "failed"
+    if stages.done[-1]["status"] == "failed":
+        result, exit_code = "smoke could not start (lab.run exit 2)", 2
+        return finish()
+
+    with stages.stage("junit") as entry:
+        path = os.path.join(run_dir, "junit.xml")
+        tree = junit_mod.write(records, run_id, path)
+        if args.junit:
+            junit_mod.write(records, run_id, args.junit)
+        root = tree.getroot()
+        entry["note"] = f"{root.get('tests')} tests, {root.get('failures')} failures, {root.get('errors')} errors"
+
+    with stages.stage("dashboard") as entry:
+        if not module_available("dashboards.compute"):
+            entry["status"], entry["note"] = "skipped", "dashboards/compute.py is not there yet"
+        else:
+            output = os.path.join(run_dir, "dashboard.json")
+            code = run([PYTHON, "-m", "dashboards.compute", run_dir, "-o", output], prefix="dashboard",
+                       cwd=REPO)
+            entry["note"] = f"dashboards.compute exit {code}: {output}" if code else output
+            if code:
+                entry["status"] = "warn"
+            elif module_available("dashboards.render"):
+                page = os.path.join(run_dir, "dashboard.html")
+                code = run([PYTHON, "-m", "dashboards.render", output, "-o", page], prefix="render", cwd=REPO)
+                entry["note"] += f"; dashboards.render exit {code}" if code else f"; {page}"
+                if code:
+                    entry["status"] = "warn"
+            else:
+                entry["note"] += "; dashboards/render.py is not there yet"
+
+    with stages.stage("compare") as entry:
+        previous_dir = previous_run(args.results, run_id)
+        previous = read_records(previous_dir) if previous_dir else None
+        marker["previous"] = os.path.basename(previous_dir) if previous_dir else None
+        findings, lines = compare_mod.report(previous, records)
+        for line in lines:
+            log(PROG, line)
+        entry["note"] = (f"vs {os.path.basename(previous_dir)}" if previous_dir else "no previous run") + \
+            f": {len(findings)} regression(s)"
+        if findings:
+            entry["status"] = "failed"
+    if findings:
+        result, exit_code = "regression", 1
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

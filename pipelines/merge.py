@@ -1,0 +1,137 @@
+"""Merge shard run directories into one run directory.
+
+  /usr/bin/python3 -m pipelines.merge OUT_DIR SHARD_DIR... [--run-id ID]
+  pipelines/merge OUT_DIR SHARD_DIR...
+
+Every cycle keeps its number; the merged cycles.jsonl holds the final
+record of each cycle once, in cycle order, with the merged run id (by
+default the run id the shards' records share). A cycle found in two shards
+with the same record is taken once; with different records the merge stops
+(exit 2) naming both directories. Reports, hang dumps and console logs are
+copied; summary.json is recomputed (lab.records.summarize); the shards'
+manifest.json (if any) becomes the merged one with "shard": null, and
+merge.json says which cycle came from which shard. The merged directory
+therefore reads, for the dashboard, exactly like one run of those records.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines.common import read_json, write_json  # noqa: E402
+from lab.records import read_cycles, summarize  # noqa: E402
+
+FILE_FIELDS = ("report", "hang_dump")
+
+
+class MergeError(ValueError):
+    pass
+
+
+def _canonical(record):
+    return json.dumps({k: v for k, v in record.items() if k != "run_id"}, sort_keys=True)
+
+
+def merge_records(shards):
+    """shards: [(name, [final records])] -> ({cycle: record}, {cycle: name})"""
+    merged, origin = {}, {}
+    for name, records in shards:
+        for record in records:
+            number = record["cycle"]
+            if number in merged:
+                if _canonical(merged[number]) == _canonical(record):
+                    continue
+                done = [r.get("status") == "done" for r in (merged[number], record)]
+                if done == [False, True]:  # a finished record beats a "started" one
+                    merged[number], origin[number] = record, name
+                    continue
+                if done == [True, False]:
+                    continue
+                raise MergeError(f"cycle {number} is in {origin[number]} and in {name} with different records")
+            merged[number], origin[number] = record, name
+    return merged, origin
+
+
+def common_run_id(records):
+    ids = sorted({r.get("run_id") for r in records if r.get("run_id")})
+    if len(ids) != 1:
+        raise MergeError(f"the shards' records carry {len(ids)} run ids ({', '.join(ids) or 'none'}): "
+                         "name the merged run with --run-id")
+    return ids[0]
+
+
+def _copy(source, target):
+    if os.path.isfile(source) and not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(source, target)
+
+
+def merge(out_dir, shard_dirs, run_id=None):
+    """Write the merged run directory; return its summary."""
+    shards = []
+    for directory in shard_dirs:
+        if not os.path.isfile(os.path.join(directory, "cycles.jsonl")):
+            raise MergeError(f"{directory} has no cycles.jsonl")
+        shards.append((directory, read_cycles(os.path.join(directory, "cycles.jsonl"))))
+    if os.path.exists(os.path.join(out_dir, "cycles.jsonl")):
+        raise MergeError(f"{out_dir} already holds a run (cycles.jsonl): merge into a new directory")
+    merged, origin = merge_records(shards)
+    run_id = run_id or common_run_id(list(merged.values()))
+    os.makedirs(os.path.join(out_dir, "console"), exist_ok=True)
+    lines = []
+    for number in sorted(merged):
+        record = dict(merged[number])
+        record["run_id"] = run_id
+        lines.append(json.dumps(record) + "\n")
+        for field in FILE_FIELDS:
+            path = record.get(field)
+            if isinstance(path, str) and path and not os.path.isabs(path) and ".." not in path.split("/"):
+                _copy(os.path.join(origin[number], path), os.path.join(out_dir, path))
+    temporary = os.path.join(out_dir, f"cycles.jsonl.{os.getpid()}.tmp")
+    with open(temporary, "w") as out:
+        out.writelines(lines)
+    os.replace(temporary, os.path.join(out_dir, "cycles.jsonl"))
+    for directory, _ in shards:
+        console = os.path.join(directory, "console")
+        for name in sorted(os.listdir(console)) if os.path.isdir(console) else ():
+            _copy(os.path.join(console, name), os.path.join(out_dir, "console", name))
+    manifests = [m for m in (read_json(os.path.join(d, "manifest.json")) for d, _ in shards) if m]
+    if manifests:
+        manifest = dict(manifests[0])
+        manifest["run_id"], manifest["shard"] = run_id, None
+        write_json(os.path.join(out_dir, "manifest.json"), manifest)
+    write_json(os.path.join(out_dir, "merge.json"), {
+        "run_id": run_id,
+        "shards": [{"dir": os.path.abspath(d), "cycles": sorted(n for n, o in origin.items() if o == d)}
+                   for d, _ in shards]})
+    summary = summarize([dict(merged[n], run_id=run_id) for n in sorted(merged)])
+    summary["run_id"] = run_id
+    summary["merged_from"] = len(shards)
+    write_json(os.path.join(out_dir, "summary.json"), summary)
+    return summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="pipelines/merge", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir")
+    parser.add_argument("shard_dirs", nargs="+")
+    parser.add_argument("--run-id", help="run id of the merged records (default: the shards' common one)")
+    args = parser.parse_args(argv)
+    try:
+        summary = merge(args.out_dir, args.shard_dirs, args.run_id)
+    except MergeError as error:
+        print(f"merge: {error}", file=sys.stderr)
+        return 2
+    print(f"merge: {args.out_dir}: {summary['cycles']} cycles from {len(args.shard_dirs)} shard(s), "
+          f"{summary['counts']['pass']} passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

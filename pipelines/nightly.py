@@ -1,0 +1,321 @@
+"""The nightly soak: many sleep cycles across modes, time-bounded,
+resumable, shardable.
+
+  pipelines/nightly --max-cycles 300 [--hours 8] [--mode mem --mode freeze --mode disk]
+                    [--shard i/N] [--run-id ID] [--chunk 20] [lab.run options]
+  pipelines/nightly --run-id ID ...      the same command again: continues that run
+
+Plan: cycle n runs modes[(n-1) % len(modes)] (pipelines/plan.py); --shard
+i/N runs only cycles i, i+N, ... into results/<run-id>-shard<i>of<N>/ (the
+records all carry run_id <run-id>; pipelines/merge joins the shards).
+--hours bounds this invocation: no chunk is started that would not fit.
+
+lab.run numbers its cycles from 1 and has no resume, so the soak calls it in
+chunks: each chunk runs the next K planned cycles (--mode m1 --mode m2 ...
+--cycles 1) into <run dir>/chunks/<run-id>.c<first>/; when it ends, its
+records are renumbered to their plan numbers and appended to the run's
+cycles.jsonl (reports and console logs move along), and the chunk directory
+is removed. Resuming first imports any chunk left by a killed invocation: a
+cycle with only its "started" line is recorded as error "interrupted". The
+run's cycles.jsonl is the state: the soak continues after the highest cycle
+number recorded there.
+
+Exit: 0 every cycle passed, 1 some did not, 2 bad input or setup,
+130 interrupted (rerun with the same --run-id to continue).
+"""
+
+import argparse
+import fcntl
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines import plan as plan_mod  # noqa: E402
+from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
+from lab.records import RunDir, read_cycles, summarize  # noqa: E402
+
+PROG = "nightly"
+STATE = "nightly.json"
+
+
+class NightlyError(Exception):
+    pass
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="pipelines/nightly", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", action="append", help="repeat; default mem, freeze, disk")
+    parser.add_argument("--max-cycles", type=int, help="cycles in the whole plan (all shards)")
+    parser.add_argument("--hours", type=float, help="time budget of this invocation")
+    parser.add_argument("--shard", help="i/N: run only cycles i, i+N, ... of the plan")
+    parser.add_argument("--run-id", help="default nightly-<UTC stamp>; an existing one resumes")
+    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    parser.add_argument("--chunk", type=int, default=20, help="cycles per lab.run call (one guest boot each)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
+    lab = parser.add_argument_group("passed to lab.run")
+    for option in ("--artifacts", "--uri", "--profile", "--memory", "--vcpus"):
+        lab.add_argument(option)
+    lab.add_argument("--watchdog", action="append")
+    lab.add_argument("--baseline", action="store_true")
+    return parser, parser.parse_args(argv)
+
+
+def lab_options(args):
+    out = []
+    for option in ("artifacts", "uri", "profile", "memory", "vcpus"):
+        value = getattr(args, option)
+        if value is not None:
+            out += [f"--{option}", str(value)]
+    for value in args.watchdog or ():
+        out += ["--watchdog", value]
+    if args.baseline:
+        out.append("--baseline")
+    return out
+
+
+def settle_state(path, args, shard):
+    """The run's fixed parameters: from the state file when resuming (a
+    conflicting option is an error), else from the options."""
+    wanted = {"modes": args.mode, "max_cycles": args.max_cycles, "shard": list(shard)}
+    state = read_json(path)
+    if state is None:
+        if not args.max_cycles and not args.hours:
+            raise NightlyError("give --max-cycles N and/or --hours H (an unbounded soak never ends)")
+        if args.max_cycles is not None and args.max_cycles < 1:
+            raise NightlyError("--max-cycles must be at least 1")
+        state = {"run_id": args.run_id, "modes": list(args.mode or plan_mod.DEFAULT_MODES),
+                 "max_cycles": args.max_cycles, "shard": list(shard), "created": stamp(), "invocations": []}
+        return state, False
+    for key, value in wanted.items():
+        if key == "shard" and args.shard is None:
+            continue
+        if value is not None and value != state.get(key):
+            raise NightlyError(f"run {state['run_id']} was started with {key}={state.get(key)}, "
+                               f"not {value}: use a new --run-id")
+    return state, True
+
+
+def import_chunk(chunk_dir, rundir, run_id, now=None):
+    """Move one chunk's cycles into the run under their plan numbers.
+    Returns the imported records."""
+    meta = read_json(os.path.join(chunk_dir, "chunk.json"))
+    if meta is None:
+        shutil.rmtree(chunk_dir, ignore_errors=True)  # died before lab.run started
+        return []
+    numbers = meta["numbers"]
+    imported = []
+    for record in read_cycles(os.path.join(chunk_dir, "cycles.jsonl")):
+        local = record["cycle"]
+        if not 1 <= local <= len(numbers):
+            continue
+        number = numbers[local - 1]
+        record = dict(record, run_id=run_id, cycle=number)
+        if record.get("status") != "done":
+            record = plan_mod.interrupted(record, now or time.time())
+        for field in ("report", "hang_dump"):
+            path = record.get(field)
+            if not isinstance(path, str) or not path or os.path.isabs(path):
+                continue
+            target = re.sub(rf"cycle{local}(?!\d)", f"cycle{number}", path)
+            source = os.path.join(chunk_dir, path)
+            if os.path.exists(source):
+                os.makedirs(os.path.dirname(os.path.join(rundir.path, target)), exist_ok=True)
+                shutil.move(source, os.path.join(rundir.path, target))
+            record[field] = target
+        rundir.append(record)
+        imported.append(record)
+    console = os.path.join(chunk_dir, "console")
+    for name in sorted(os.listdir(console)) if os.path.isdir(console) else ():
+        target = os.path.join(rundir.path, "console", name)
+        if not os.path.exists(target):
+            shutil.move(os.path.join(console, name), target)
+    for name in sorted(os.listdir(chunk_dir)):  # e.g. a hang dump lab.run wrote at the top
+        if name.startswith("hang-") and not os.path.exists(os.path.join(rundir.path, name)):
+            shutil.move(os.path.join(chunk_dir, name), os.path.join(rundir.path, name))
+    shutil.rmtree(chunk_dir, ignore_errors=True)
+    return imported
+
+
+def import_leftovers(chunks_root, rundir, run_id):
+    found = []
+    if os.path.isdir(chunks_root):
+        for name in sorted(os.listdir(chunks_root)):
+            path = os.path.join(chunks_root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                found += import_chunk(path, rundir, run_id)
+        latest = os.path.join(chunks_root, "latest")
+        if os.path.islink(latest):
+            os.unlink(latest)
+    return found
+
+
+class Child:
+    """lab.run as a child; SIGINT/SIGTERM to us stop it cleanly (it records
+    the cycle in flight as unfinished) and stop the soak."""
+
+    def __init__(self):
+        self.process = None
+        self.stop = False
+        signal.signal(signal.SIGINT, self._signal)
+        signal.signal(signal.SIGTERM, self._signal)
+
+    def _signal(self, signum, frame):
+        self.stop = True
+        log(PROG, f"signal {signum}: stopping after the current cycle is recorded")
+        if self.process and self.process.poll() is None:
+            try:
+                self.process.send_signal(signal.SIGINT)
+            except OSError:
+                pass
+
+    def run(self, argv):
+        # Own process group: a terminal's Ctrl-C reaches only us; we pass it on.
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        errors="replace", bufsize=1, start_new_session=True)
+        for line in self.process.stdout:
+            sys.stdout.write("  lab.run| " + line)
+            sys.stdout.flush()
+        return self.process.wait()
+
+
+def progress(records, state, started, seconds_left):
+    counts = {}
+    for record in records:
+        verdict = record.get("verdict") if record.get("status") == "done" else "unfinished"
+        counts[verdict] = counts.get(verdict, 0) + 1
+    index, count = state["shard"]
+    planned = len(plan_mod.shard_plan(tuple(state["shard"]), state["modes"], state["max_cycles"])) \
+        if state["max_cycles"] else None
+    text = f"{len(records)}" + (f"/{planned}" if planned else "") + " cycles"
+    text += f" (shard {index}/{count})" if count > 1 else ""
+    text += ": " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    text += f"; elapsed {hms(time.monotonic() - started)}"
+    if seconds_left is not None:
+        text += f", budget left {hms(max(0, seconds_left))}"
+    return text
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    try:
+        shard = plan_mod.parse_shard(args.shard)
+        for mode in args.mode or ():
+            from lab.modes import parse_mode
+            parse_mode(mode)
+        if args.chunk < 1:
+            raise NightlyError("--chunk must be at least 1")
+        run_id = args.run_id or f"nightly-{stamp()}"
+        args.run_id = run_id
+        name = plan_mod.run_dir_name(run_id, shard)
+        state_path = os.path.join(args.results, name, STATE)
+        state, resuming = settle_state(state_path, args, shard)
+    except (plan_mod.PlanError, NightlyError, ValueError) as error:
+        print(f"nightly: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # lab.virt.LabError from parse_mode
+        print(f"nightly: {error}", file=sys.stderr)
+        return 2
+    modes, max_cycles = state["modes"], state["max_cycles"]
+    rundir = RunDir(args.results, name)
+    lock = open(os.path.join(rundir.path, ".nightly.lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"nightly: another nightly is running on {rundir.path}", file=sys.stderr)
+        return 2
+    chunks_root = os.path.join(rundir.path, "chunks")
+    leftovers = import_leftovers(chunks_root, rundir, run_id)
+    records = read_cycles(rundir.cycles_path)
+    last, unfinished = plan_mod.resume_point(records)
+    for record in unfinished:  # "started" lines written straight into the run (none normally)
+        rundir.append(plan_mod.interrupted(record, time.time()))
+    records = read_cycles(rundir.cycles_path)
+    state.setdefault("invocations", []).append({"started": stamp(), "after_cycle": last})
+    write_json(state_path, state)
+    if resuming or leftovers:
+        closed = sum(1 for r in leftovers if r.get("phase") == "interrupted") + len(unfinished)
+        log(PROG, f"resuming run {run_id} after cycle {last} ({len(records)} recorded, "
+                  f"{len(leftovers)} imported from an interrupted chunk, {closed} closed as interrupted)")
+    log(PROG, f"run {run_id}: modes {', '.join(modes)}, "
+              f"{'max ' + str(max_cycles) + ' cycles' if max_cycles else 'no cycle limit'}"
+              f"{', ' + str(args.hours) + ' h' if args.hours else ''}, shard {shard[0]}/{shard[1]}, "
+              f"dir {rundir.path}")
+
+    started = time.monotonic()
+    deadline = started + args.hours * 3600 if args.hours else None
+    pending = plan_mod.shard_numbers(shard, max_cycles, after=last)
+    queue = []
+    child = Child()
+    status = 0
+    while not child.stop:
+        while len(queue) < args.chunk:
+            number = next(pending, None)
+            if number is None:
+                break
+            queue.append(number)
+        if not queue:
+            log(PROG, "plan complete")
+            break
+        seconds_left = deadline - time.monotonic() if deadline else None
+        per_mode = plan_mod.seconds_per_cycle(records)
+        size = plan_mod.fit_chunk(queue, modes, per_mode, args.chunk, seconds_left)
+        if size == 0:
+            log(PROG, f"time budget reached: {hms(seconds_left or 0)} left, next cycle does not fit")
+            break
+        numbers, queue = queue[:size], queue[size:]
+        chunk_modes = [plan_mod.mode_of(n, modes) for n in numbers]
+        if args.dry_run:
+            log(PROG, f"would run cycles {numbers} as {chunk_modes}")
+            records += [{"cycle": n, "mode": m, "status": "done", "verdict": "pass",
+                         "host_seconds": plan_mod.estimate(m, per_mode)} for n, m in zip(numbers, chunk_modes)]
+            if deadline:
+                deadline -= plan_mod.BOOT_SECONDS + sum(plan_mod.estimate(m, per_mode) for m in chunk_modes)
+            continue
+        chunk_id = f"{run_id}.c{numbers[0]:06d}"
+        chunk_dir = os.path.join(chunks_root, chunk_id)
+        os.makedirs(chunk_dir, exist_ok=True)
+        write_json(os.path.join(chunk_dir, "chunk.json"), {"numbers": numbers, "modes": chunk_modes})
+        log(PROG, f"chunk {chunk_id}: cycles {numbers[0]}..{numbers[-1]} ({len(numbers)})")
+        argv = [PYTHON, "-m", "lab.run", "--results", chunks_root, "--run-id", chunk_id, "--cycles", "1"]
+        for mode in chunk_modes:
+            argv += ["--mode", mode]
+        code = child.run(argv + lab_options(args))
+        imported = import_chunk(chunk_dir, rundir, run_id)
+        if os.path.islink(os.path.join(chunks_root, "latest")):  # lab.run's, pointing at the chunk
+            os.unlink(os.path.join(chunks_root, "latest"))
+        records = read_cycles(rundir.cycles_path)
+        if code == 2 and not imported:
+            log(PROG, "lab.run could not start (exit 2): stopping; fix the setup and rerun to continue")
+            status = 2
+            break
+        log(PROG, progress(records, state, started, deadline - time.monotonic() if deadline else None))
+    if args.dry_run:
+        return 0
+    summary = summarize(records)
+    summary.update(run_id=run_id, shard=list(shard), modes_planned=modes, max_cycles=max_cycles)
+    write_json(os.path.join(rundir.path, "summary.json"), summary)
+    try:
+        from pipelines.junit import write as write_junit
+        write_junit(records, run_id, os.path.join(rundir.path, "junit.xml"))
+    except Exception as error:  # the report must not hide the soak's result
+        log(PROG, f"junit.xml not written: {error}")
+    log(PROG, f"done: {progress(records, state, started, None)}; results {rundir.path}")
+    if child.stop:
+        log(PROG, f"interrupted: rerun with --run-id {run_id}" + (f" --shard {args.shard}" if args.shard else "")
+            + " to continue")
+        return 130
+    if status:
+        return status
+    return 0 if all(r.get("verdict") == "pass" and r.get("status") == "done" for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
