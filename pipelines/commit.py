@@ -12,7 +12,10 @@ Stages (wall time of each printed as it ends, and a table at the end):
              newer than guest/* and the artifacts' modules.
   smoke      lab.run: a few cycles of each mode, one guest (booted once).
   junit      <run dir>/junit.xml (and --junit PATH): one testcase per cycle.
-  dashboard  dashboards.compute (+ dashboards.render) if that module exists.
+  dashboard  dashboards.compute over this and the earlier runs of this
+             pipeline -> <run dir>/dashboard.json, then dashboards.render ->
+             dashboard.html; skipped with a message while that module is
+             not there.
   compare    against the previous run of this pipeline: the newest earlier
              results/*/ whose pipeline.json says "commit" and that has cycles.
              A mode whose pass rate dropped or a failure bucket that was not
@@ -107,6 +110,17 @@ def initramfs_current(artifacts, repo=REPO):
     return True, "inputs older than the image"
 
 
+def pipeline_runs(results):
+    """Run dirs of this pipeline that have cycles, oldest first."""
+    found = []
+    for name in os.listdir(results) if os.path.isdir(results) else ():
+        path = os.path.join(results, name)
+        marker = read_json(os.path.join(path, MARKER)) if not os.path.islink(path) else None
+        if marker and marker.get("pipeline") == "commit" and os.path.isfile(os.path.join(path, "cycles.jsonl")):
+            found.append((marker.get("started_epoch", 0), path))
+    return [path for _, path in sorted(found)]
+
+
 def previous_run(results, current_id):
     """The newest earlier run dir of this pipeline that has cycles, or None."""
     mine = read_json(os.path.join(results, current_id, MARKER)) or {}
@@ -142,6 +156,8 @@ def parse_args(argv):
     for option in ("--uri", "--profile", "--memory", "--vcpus"):
         lab.add_argument(option)
     lab.add_argument("--watchdog", action="append")
+    lab.add_argument("--inject", action="append", metavar="CYCLE:KNOB=VALUE",
+                     help="pmtest fault for one smoke cycle (proves the gate: that run must regress)")
     return parser.parse_args(argv)
 
 
@@ -177,7 +193,8 @@ def main(argv=None):
     with stages.stage("build") as entry:
         current, why = kernel_current(artifacts)
         if args.build == "never" or (args.build == "auto" and current):
-            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else "--build never"
+            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else \
+                f"--build never ({'current' if current else 'STALE'}: {why})"
         else:
             log(PROG, f"building the kernel ({why})")
             with build_lock(PROG):
@@ -192,7 +209,8 @@ def main(argv=None):
     with stages.stage("initramfs") as entry:
         current, why = initramfs_current(artifacts)
         if args.build == "never" or (args.build == "auto" and current):
-            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else "--build never"
+            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else \
+                f"--build never ({'current' if current else 'STALE'}: {why})"
         else:
             code = run([os.path.join(REPO, "lab", "build-initramfs")], prefix="initramfs")
             if code:
@@ -210,6 +228,8 @@ def main(argv=None):
                 argv += [f"--{option}", str(getattr(args, option))]
         for value in args.watchdog or ():
             argv += ["--watchdog", value]
+        for value in args.inject or ():
+            argv += ["--inject", value]
         code = run(argv, prefix="lab.run")
         records = read_records(run_dir)
         passed = sum(1 for r in records if compare_mod.passed(r))
@@ -232,16 +252,19 @@ def main(argv=None):
         if not module_available("dashboards.compute"):
             entry["status"], entry["note"] = "skipped", "dashboards/compute.py is not there yet"
         else:
+            # This run and every earlier run of this pipeline: the trends
+            # section then shows "failing since" across commits.
+            history = pipeline_runs(args.results)
             output = os.path.join(run_dir, "dashboard.json")
-            code = run([PYTHON, "-m", "dashboards.compute", run_dir, "-o", output], prefix="dashboard",
+            code = run([PYTHON, "-m", "dashboards.compute", *history, "-o", output], prefix="dashboard",
                        cwd=REPO)
-            entry["note"] = f"dashboards.compute exit {code}: {output}" if code else output
+            entry["note"] = f"dashboards.compute exit {code}" if code else \
+                f"{os.path.relpath(output, args.results)} ({len(history)} runs)"
             if code:
                 entry["status"] = "warn"
             elif module_available("dashboards.render"):
-                page = os.path.join(run_dir, "dashboard.html")
-                code = run([PYTHON, "-m", "dashboards.render", output, "-o", page], prefix="render", cwd=REPO)
-                entry["note"] += f"; dashboards.render exit {code}" if code else f"; {page}"
+                code = run([PYTHON, "-m", "dashboards.render", output], prefix="render", cwd=REPO)
+                entry["note"] += f"; dashboards.render exit {code}" if code else "; dashboard.html"
                 if code:
                     entry["status"] = "warn"
             else:
