@@ -1,0 +1,227 @@
+"""Find the first bad patch of the kernel patch series with `git bisect run`.
+
+  pipelines/bisect GOOD BAD [--check build|smoke] [--series-dir kernel/patches]
+                   [--build-dir build/bisect] [--smoke mem=2] [--keep]
+  pipelines/bisect GOOD BAD --check-cmd 'SHELL COMMAND'
+
+GOOD and BAD are points of the series: 0 (no patch: the pristine tree), a
+patch number (3 or 0003: the series up to and including the 3rd patch) or a
+patch name (a unique part of its file name). GOOD must come before BAD.
+
+A throwaway git repository is made with one commit per series prefix from
+GOOD to BAD (each commit holds `series` listing that prefix and the patch
+files; its subject is the patch it adds), and `git bisect run` tests commits
+with this script's --step:
+  build   kernel/build of that prefix (PMLAB_SERIES_DIR = the commit,
+          PMLAB_BUILD = --build-dir, incremental between steps, under flock
+          /tmp/pmlab-kernel-build.lock). Fails -> bad.
+  smoke   build, then the commit pipeline's smoke step on it: the initramfs
+          and lab.run cycles (--smoke). Any failed cycle -> bad.
+  --check-cmd: run this shell command in the commit's checkout instead
+          (exit 0 good, 125 skip, 1..127 bad).
+A setup error (lab.run exit 2) aborts the bisection (exit 128).
+The first bad commit's subject names the patch; printed as
+"first bad patch: NNNN-name.patch" (exit 0), exit 1 if bisect found none,
+2 on bad input.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines.common import PYTHON, REPO, build_lock, log, run  # noqa: E402
+
+PROG = "bisect"
+ABORT = 128
+
+
+class BisectError(ValueError):
+    pass
+
+
+def series_patches(series_dir):
+    with open(os.path.join(series_dir, "series")) as source:
+        return [line.strip() for line in source if line.strip() and not line.lstrip().startswith("#")]
+
+
+def resolve(point, patches):
+    """A point of the series -> how many patches it applies (0..len)."""
+    text = str(point).strip()
+    if text.lower() in ("0", "none", "pristine", "baseline"):
+        return 0
+    if text.isdigit():
+        number = int(text)
+        if not 1 <= number <= len(patches):
+            raise BisectError(f"patch number {number} is outside the series (1..{len(patches)})")
+        return number
+    exact = [i for i, name in enumerate(patches, 1) if name == text]
+    if exact:
+        return exact[0]
+    found = [i for i, name in enumerate(patches, 1) if text in name]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise BisectError(f"no patch in the series matches '{text}'")
+    raise BisectError(f"'{text}' matches {len(found)} patches: "
+                      + ", ".join(patches[i - 1] for i in found))
+
+
+def git(repo, *argv, capture=False):
+    command = ["git", "-C", repo, "-c", "user.name=pmlab-bisect", "-c", "user.email=pmlab@localhost",
+               "-c", "commit.gpgsign=false", *argv]
+    if capture:
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def make_series_repo(series_dir, good, bad, repo):
+    """One commit per prefix good..bad; returns {prefix length: sha}."""
+    patches = series_patches(series_dir)
+    os.makedirs(repo)
+    git(repo, "init", "-q")
+    commits = {}
+    for k in range(good, bad + 1):
+        if k > 0:
+            shutil.copy2(os.path.join(series_dir, patches[k - 1]), os.path.join(repo, patches[k - 1]))
+        with open(os.path.join(repo, "series"), "w") as out:
+            out.write(f"# pmlab bisect: the first {k} patch(es) of {os.path.abspath(series_dir)}/series\n")
+            out.writelines(f"{name}\n" for name in patches[:k])
+        git(repo, "add", "-A")
+        subject = patches[k - 1] if k else "pristine (no patch)"
+        git(repo, "commit", "-q", "--allow-empty", "-m", subject, "-m", f"series prefix {k}/{len(patches)}")
+        commits[k] = git(repo, "rev-parse", "HEAD", capture=True).strip()
+    return commits
+
+
+def step(args):
+    """One `git bisect run` step in the current directory (a series prefix)."""
+    series_dir = os.getcwd()
+    patches = series_patches(series_dir)
+    last = patches[-1] if patches else "(none)"
+    log(PROG, f"step: prefix of {len(patches)} patch(es), last {last}")
+    started = time.monotonic()
+    if args.check_cmd:
+        code = subprocess.run(["sh", "-c", args.check_cmd], env=dict(os.environ, PMLAB_SERIES_DIR=series_dir)).returncode
+        log(PROG, f"step: --check-cmd exit {code} ({time.monotonic() - started:.1f} s)")
+        return code
+    build_dir = os.path.abspath(args.build_dir)
+    seed_tree(build_dir)
+    env = {"PMLAB_SERIES_DIR": series_dir, "PMLAB_BUILD": build_dir}
+    with build_lock(PROG):
+        code = run([os.path.join(REPO, "kernel", "build")], prefix="build", env=env)
+    log(PROG, f"step: kernel/build exit {code} ({time.monotonic() - started:.1f} s)")
+    if code:
+        return 1
+    if args.check == "build":
+        return 0
+    out = os.path.join(build_dir, "out")
+    code = run([os.path.join(REPO, "lab", "build-initramfs"), out], prefix="initramfs", env=env)
+    if code:
+        log(PROG, f"step: lab/build-initramfs exit {code}: cannot test, skipping this commit")
+        return 125
+    argv = [PYTHON, "-m", "lab.run", "--artifacts", out, "--results", os.path.join(build_dir, "results"),
+            "--run-id", f"bisect-{len(patches)}-{int(time.time())}", "--cycles", "1"]
+    from pipelines.commit import parse_smoke
+    for mode in parse_smoke(args.smoke):
+        argv += ["--mode", mode]
+    code = run(argv, prefix="lab.run", cwd=REPO)
+    log(PROG, f"step: smoke exit {code} ({time.monotonic() - started:.1f} s)")
+    if code == 2:
+        return ABORT
+    return 0 if code == 0 else 1
+
+
+def seed_tree(build_dir):
+    """Give a new bisect build directory the extracted kernel tree by cloning
+    the main one (seconds) instead of extracting the tarball again."""
+    source = os.path.join(REPO, "build", "src", "linux")
+    target = os.path.join(build_dir, "src", "linux")
+    stamp = os.path.join(REPO, "build", "src", ".tarball")
+    if os.path.isdir(target) or not os.path.isdir(os.path.join(source, ".git")) or not os.path.isfile(stamp):
+        return
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    log(PROG, f"seeding {target} from {source} (git clone)")
+    subprocess.run(["git", "clone", "-q", "--no-checkout", source, target], check=True)
+    shutil.copy2(stamp, os.path.join(build_dir, "src", ".tarball"))
+
+
+def bisect(args):
+    series_dir = os.path.abspath(args.series_dir)
+    patches = series_patches(series_dir)
+    good, bad = resolve(args.good, patches), resolve(args.bad, patches)
+    if good >= bad:
+        raise BisectError(f"GOOD ({good} patches) must come before BAD ({bad} patches)")
+    work = tempfile.mkdtemp(prefix="pmlab-bisect-")
+    repo = os.path.join(work, "series")
+    try:
+        commits = make_series_repo(series_dir, good, bad, repo)
+        log(PROG, f"{bad - good} candidate patch(es): {patches[good]} .. {patches[bad - 1]} "
+                  f"(throwaway repository {repo})")
+        git(repo, "bisect", "start", commits[bad], commits[good])
+        step_argv = [PYTHON, "-m", "pipelines.bisect", "--step", "--check", args.check,
+                     "--build-dir", os.path.abspath(args.build_dir), "--smoke", args.smoke]
+        if args.check_cmd:
+            step_argv += ["--check-cmd", args.check_cmd]
+        env = dict(os.environ, PYTHONPATH=REPO + (os.pathsep + os.environ["PYTHONPATH"]
+                                                  if os.environ.get("PYTHONPATH") else ""))
+        started = time.monotonic()
+        process = subprocess.run(["git", "-C", repo, "bisect", "run", *step_argv], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(process.stdout if process.stdout.endswith("\n") else process.stdout + "\n")
+        match = re.search(r"^([0-9a-f]{40}) is the first bad commit", process.stdout, re.MULTILINE)
+        if not match:
+            log(PROG, f"git bisect run found no first bad commit (exit {process.returncode})")
+            return 1, None
+        subject = git(repo, "log", "-1", "--format=%s", match[1], capture=True).strip()
+        log(PROG, f"first bad patch: {subject} ({time.monotonic() - started:.0f} s of steps)")
+        return 0, subject
+    finally:
+        subprocess.run(["git", "-C", repo, "bisect", "reset"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if args.keep:
+            log(PROG, f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="pipelines/bisect", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("good", nargs="?")
+    parser.add_argument("bad", nargs="?")
+    parser.add_argument("--check", choices=("build", "smoke"), default="smoke")
+    parser.add_argument("--check-cmd", help="shell command instead of build/smoke (0 good, 125 skip, else bad)")
+    parser.add_argument("--series-dir", default=os.path.join(REPO, "kernel", "patches"))
+    parser.add_argument("--build-dir", default=os.path.join(REPO, "build", "bisect"),
+                        help="PMLAB_BUILD of the steps (kept: later bisections build incrementally)")
+    parser.add_argument("--smoke", default="mem=2,freeze=1", help="smoke cycles per step (MODE=COUNT,...)")
+    parser.add_argument("--keep", action="store_true", help="keep the throwaway repository")
+    parser.add_argument("--step", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not args.step and (args.good is None or args.bad is None):
+        parser.error("GOOD and BAD are required")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.step:
+        return step(args)
+    try:
+        code, _ = bisect(args)
+    except (BisectError, OSError) as error:
+        print(f"bisect: {error}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
