@@ -163,6 +163,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    args.results = os.path.abspath(args.results)
     try:
         smoke = parse_smoke(args.smoke)
         from lab.modes import parse_mode

@@ -28,6 +28,7 @@ import argparse
 import fcntl
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -66,6 +67,13 @@ def parse_args(argv):
     lab.add_argument("--watchdog", action="append")
     lab.add_argument("--baseline", action="store_true")
     return parser, parser.parse_args(argv)
+
+
+def lab_run_command():
+    """lab.run, or $PMLAB_NIGHTLY_LAB_RUN (a command line taking lab.run's
+    options: the tests use a stand-in that needs no guest)."""
+    override = os.environ.get("PMLAB_NIGHTLY_LAB_RUN")
+    return shlex.split(override) if override else [PYTHON, "-m", "lab.run"]
 
 
 def lab_options(args):
@@ -178,8 +186,10 @@ class Child:
 
     def run(self, argv):
         # Own process group: a terminal's Ctrl-C reaches only us; we pass it on.
+        path = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=REPO + (os.pathsep + path if path else ""))
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace", bufsize=1, start_new_session=True)
+                                        errors="replace", bufsize=1, start_new_session=True, env=env)
         for line in self.process.stdout:
             sys.stdout.write("  lab.run| " + line)
             sys.stdout.flush()
@@ -205,6 +215,7 @@ def progress(records, state, started, seconds_left):
 
 def main(argv=None):
     parser, args = parse_args(argv)
+    args.results = os.path.abspath(args.results)
     try:
         shard = plan_mod.parse_shard(args.shard)
         for mode in args.mode or ():
@@ -284,7 +295,7 @@ def main(argv=None):
         os.makedirs(chunk_dir, exist_ok=True)
         write_json(os.path.join(chunk_dir, "chunk.json"), {"numbers": numbers, "modes": chunk_modes})
         log(PROG, f"chunk {chunk_id}: cycles {numbers[0]}..{numbers[-1]} ({len(numbers)})")
-        argv = [PYTHON, "-m", "lab.run", "--results", chunks_root, "--run-id", chunk_id, "--cycles", "1"]
+        argv = lab_run_command() + ["--results", chunks_root, "--run-id", chunk_id, "--cycles", "1"]
         for mode in chunk_modes:
             argv += ["--mode", mode]
         code = child.run(argv + lab_options(args))
@@ -292,10 +303,15 @@ def main(argv=None):
         if os.path.islink(os.path.join(chunks_root, "latest")):  # lab.run's, pointing at the chunk
             os.unlink(os.path.join(chunks_root, "latest"))
         records = read_cycles(rundir.cycles_path)
-        if code == 2 and not imported:
-            log(PROG, "lab.run could not start (exit 2): stopping; fix the setup and rerun to continue")
+        if not imported:
+            log(PROG, f"lab.run recorded no cycle (exit {code}): stopping; fix the setup and rerun to continue")
             status = 2
             break
+        reached = max(r["cycle"] for r in imported)
+        unrun = [n for n in numbers if n > reached]
+        if unrun and not child.stop:  # lab.run died mid-chunk: its later cycles still have to run
+            log(PROG, f"lab.run ended (exit {code}) before cycles {unrun}: queued again")
+            queue = unrun + queue
         log(PROG, progress(records, state, started, deadline - time.monotonic() if deadline else None))
     if args.dry_run:
         return 0

@@ -1,0 +1,534 @@
+"""Unit tests of pipelines/: regression comparison, JUnit writer, shard
+planning, shard merge (merged == single run), nightly resume bookkeeping
+(with a stand-in for lab.run, no guest), the LAVA job-log parser and job
+renderer. Seconds, no guest, no kernel build."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from lab.records import RunDir, read_cycles, summarize  # noqa: E402
+from pipelines import commit as commit_mod  # noqa: E402
+from pipelines import compare, junit, merge as merge_mod, nightly, plan  # noqa: E402
+from pipelines.lava import render as lava_render, results as lava_results  # noqa: E402
+
+PYTHON = "/usr/bin/python3"
+RECORDINGS = os.path.join(REPO, "pytest", "recordings", "cycles.jsonl")
+
+
+def rec(cycle, mode="mem", verdict="pass", phase=None, reason=None, status="done", **extra):
+    record = {"run_id": "r1", "cycle": cycle, "status": status, "mode": mode, "wake": "pmwakeup",
+              "host_start": f"2026-12-03T10:00:{cycle % 60:02d}.000+00:00", "host_seconds": 1.5 + cycle / 10}
+    if status == "done":
+        record.update(verdict=verdict, phase=phase, reason=reason)
+    record.update(extra)
+    return record
+
+
+# ---------------------------------------------------------------- regression comparison
+
+LOCAL = compare.local_buckets
+
+
+def test_no_regression_when_nothing_changed():
+    runs = [rec(1), rec(2, "freeze"), rec(3, "disk")]
+    assert compare.regressions(runs, copy.deepcopy(runs), LOCAL) == []
+
+
+def test_pass_rate_drop_is_a_regression():
+    previous = [rec(1), rec(2), rec(3)]
+    current = [rec(1), rec(2, verdict="fail", phase="suspend"), rec(3)]
+    found = compare.regressions(previous, current, LOCAL)
+    kinds = sorted((f["kind"], f.get("mode") or f.get("bucket")) for f in found)
+    assert kinds == [("new-bucket", "fail-in-suspend"), ("pass-rate", "mem")]
+    drop = next(f for f in found if f["kind"] == "pass-rate")
+    assert drop["previous"] == 1.0 and drop["current"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+def test_known_failure_is_not_a_regression_but_a_new_bucket_is():
+    previous = [rec(1, verdict="fail", phase="suspend"), rec(2)]
+    same = [rec(1, verdict="fail", phase="suspend"), rec(2)]
+    assert compare.regressions(previous, same, LOCAL) == []
+    other = [rec(1, verdict="hang", phase="resume"), rec(2)]  # same rate, different failure
+    found = compare.regressions(previous, other, LOCAL)
+    assert [(f["kind"], f["bucket"]) for f in found] == [("new-bucket", "hang-in-resume")]
+
+
+def test_improvement_and_dropped_mode_are_not_regressions():
+    previous = [rec(1, verdict="fail", phase="suspend"), rec(2, "disk")]
+    assert compare.regressions(previous, [rec(1)], LOCAL) == []
+
+
+def test_new_mode_is_held_to_all_passing():
+    previous = [rec(1)]
+    assert compare.regressions(previous, [rec(1), rec(2, "freeze")], LOCAL) == []
+    found = compare.regressions(previous, [rec(1), rec(2, "freeze", "error", "boot")], LOCAL)
+    assert {f["kind"] for f in found} == {"pass-rate", "new-bucket"}
+
+
+def test_no_previous_run_means_every_failure_is_new():
+    assert compare.regressions(None, [rec(1), rec(2)], LOCAL) == []
+    found = compare.regressions(None, [rec(1), rec(2, status="started")], LOCAL)
+    assert ("new-bucket", "hang-in-unfinished") in [(f["kind"], f.get("bucket")) for f in found]
+
+
+def test_unfinished_cycle_counts_as_not_passed():
+    assert compare.mode_rates([rec(1), rec(2, status="started")]) == {"mem": (1, 2)}
+
+
+def test_default_buckets_match_the_dashboard_when_present():
+    classify = compare.default_buckets()
+    failed = rec(4, verdict="fail", phase="suspend", reason="writing 'mem' failed",
+                 callbacks={"pmtest_legacy.6": [{"cb": "bus[suspend]", "driver": "pmtest_legacy",
+                                                 "t": 1.0, "us": 3.0, "err": -5}]})
+    buckets = classify(failed)
+    assert buckets and all(isinstance(b, str) for b in buckets)
+    assert classify(rec(5)) == [] or all("warning" in b or "ordering" in b for b in classify(rec(5)))
+    if classify is not compare.local_buckets:  # dashboards/buckets.py: names the device and errno
+        assert "fail-in-suspend:pmtest_legacy.6:EIO" in buckets
+
+
+def test_report_lines_name_regressions_and_known_failures():
+    previous = [rec(1, verdict="fail", phase="suspend")]
+    current = [rec(1, verdict="fail", phase="suspend"), rec(2, verdict="hang", phase="resume")]
+    findings, lines = compare.report(previous, current, LOCAL)
+    assert any(line.startswith("REGRESSION") and "hang-in-resume" in line for line in lines)
+    assert any("known" in line and "fail-in-suspend" in line for line in lines)
+
+
+def test_previous_run_is_newest_earlier_run_of_this_pipeline(tmp_path):
+    def make(name, started, pipeline="commit", cycles=True):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "pipeline.json").write_text(json.dumps({"pipeline": pipeline, "started_epoch": started}))
+        if cycles:
+            (path / "cycles.jsonl").write_text(json.dumps(rec(1)) + "\n")
+    make("old", 100)
+    make("newer", 200)
+    make("not-mine", 250, pipeline="nightly")
+    make("no-cycles", 260, cycles=False)
+    make("current", 300)
+    make("later", 400)
+    (tmp_path / "plain-lab-run").mkdir()
+    assert os.path.basename(commit_mod.previous_run(str(tmp_path), "current")) == "newer"
+    assert commit_mod.previous_run(str(tmp_path), "old") is None
+
+
+def test_smoke_spec_and_series_hash_match_kernel_tree_sh(tmp_path):
+    assert commit_mod.parse_smoke("mem=2,freeze,disk=1") == ["mem", "mem", "freeze", "disk"]
+    with pytest.raises(ValueError):
+        commit_mod.parse_smoke("mem=0")
+    series = os.path.join(REPO, "kernel", "patches")
+    shell = subprocess.run(["sh", "-c", ". kernel/tree.sh; series_hash"], cwd=REPO, capture_output=True,
+                           text=True, env=dict(os.environ, repo=REPO))
+    assert shell.returncode == 0, shell.stderr
+    assert commit_mod.series_hash(series) == shell.stdout.strip()
+
+
+# ---------------------------------------------------------------- JUnit
+
+def test_junit_one_testcase_per_cycle(tmp_path):
+    records = [rec(1), rec(2, verdict="fail", phase="suspend", reason="EIO", evidence=["PM: failed"]),
+               rec(3, "freeze", "hang", "resume", "no report"), rec(4, "disk", "error", "boot", "libvirt"),
+               rec(5, "disk", status="started")]
+    path = str(tmp_path / "junit.xml")
+    junit.write(records, "r1", path)
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "2", "2")
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["cycle 001 mem/pmwakeup", "cycle 002 mem/pmwakeup",
+                                             "cycle 003 freeze/pmwakeup", "cycle 004 disk/pmwakeup",
+                                             "cycle 005 disk/pmwakeup"]
+    outcome = {c.get("name")[6:9]: [child.tag for child in c] for c in cases}
+    assert outcome == {"001": [], "002": ["failure", "system-out"], "003": ["failure"], "004": ["error"],
+                       "005": ["error"]}
+    assert cases[1].find("failure").get("type") == "fail"
+    assert cases[2].find("failure").get("type") == "hang"
+    assert cases[4].find("error").get("type") == "unfinished"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert sorted(suites) == ["pmlab.disk", "pmlab.freeze", "pmlab.mem"]
+    assert suites["pmlab.disk"].get("errors") == "2" and suites["pmlab.mem"].get("failures") == "1"
+    assert float(cases[0].get("time")) == pytest.approx(1.6)
+
+
+def test_junit_from_recorded_cycles(tmp_path):
+    records = read_cycles(RECORDINGS)
+    assert records, "pytest/recordings/cycles.jsonl is empty"
+    tree = junit.build(records, "recorded")
+    cases = tree.getroot().findall("./testsuite/testcase")
+    assert len(cases) == len(records)
+    failing = sum(1 for r in records if r.get("verdict") != "pass" or r.get("status") != "done")
+    assert sum(1 for c in cases if len(c.findall("failure")) + len(c.findall("error"))) == failing
+
+
+# ---------------------------------------------------------------- shard planning
+
+def test_parse_shard():
+    assert plan.parse_shard(None) == (1, 1)
+    assert plan.parse_shard("2/4") == (2, 4)
+    for bad in ("0/3", "4/3", "a/b", "1", "-1/2"):
+        with pytest.raises(plan.PlanError):
+            plan.parse_shard(bad)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_shards_cover_the_plan_exactly_once(count):
+    modes = ["mem", "freeze", "disk"]
+    whole = plan.shard_plan((1, 1), modes, 50)
+    assert [n for n, _ in whole] == list(range(1, 51))
+    parts = [plan.shard_plan((i, count), modes, 50) for i in range(1, count + 1)]
+    merged = sorted(item for part in parts for item in part)
+    assert merged == whole
+    for i, part in enumerate(parts, 1):
+        assert all(n % count == i % count for n, _ in part)
+
+
+def test_rotation_mixes_modes_in_shards():
+    modes = ["mem", "freeze", "disk"]
+    for count in (2, 3, 6):
+        for i in range(1, count + 1):
+            assert {m for _, m in plan.shard_plan((i, count), modes, 120)} == set(modes)
+    # and every mode gets its share of the whole plan
+    whole = [m for _, m in plan.shard_plan((1, 1), modes, 99)]
+    assert [whole.count(m) for m in modes] == [33, 33, 33]
+
+
+def test_shard_numbers_resume_after_and_unbounded():
+    assert list(plan.shard_numbers((2, 3), 20, after=0)) == [2, 5, 8, 11, 14, 17, 20]
+    assert list(plan.shard_numbers((2, 3), 20, after=8)) == [11, 14, 17, 20]
+    assert list(plan.shard_numbers((2, 3), 20, after=9)) == [11, 14, 17, 20]
+    assert list(plan.shard_numbers((2, 3), 20, after=2)) == [5, 8, 11, 14, 17, 20]
+    assert list(plan.shard_numbers((2, 3), 20, after=1)) == [2, 5, 8, 11, 14, 17, 20]
+    assert list(plan.shard_numbers((1, 1), 5, after=5)) == []
+    endless = plan.shard_numbers((1, 2), None, after=3)
+    assert [next(endless) for _ in range(3)] == [5, 7, 9]
+
+
+def test_run_dir_names():
+    assert plan.run_dir_name("n1", (1, 1)) == "n1"
+    assert plan.run_dir_name("n1", (2, 3)) == "n1-shard2of3"
+
+
+def test_fit_chunk_respects_limit_and_budget():
+    modes = ["mem", "disk"]
+    per = {"mem": 5.0, "disk": 20.0}
+    numbers = [1, 2, 3, 4, 5, 6]
+    assert plan.fit_chunk(numbers, modes, per, 4) == 4
+    # boot 25 + mem 5 + disk 20 = 50 fits in 60, + next (disk, 20) does not
+    assert [plan.mode_of(n, modes) for n in numbers[:3]] == ["mem", "disk", "disk"]
+    assert plan.fit_chunk(numbers, modes, per, 10, seconds_left=60) == 2
+    assert plan.fit_chunk(numbers, modes, per, 10, seconds_left=29) == 0
+
+
+def test_seconds_per_cycle_learns_from_records():
+    per = plan.seconds_per_cycle([rec(1, host_seconds=2.0), rec(2, host_seconds=4.0),
+                                  rec(3, "pm_test-core", host_seconds=0.5), rec(4, status="started")])
+    assert per["mem"] == 3.0 and per["pm_test"] == 0.5 and per["disk"] == plan.DEFAULT_SECONDS["disk"]
+
+
+# ---------------------------------------------------------------- resume bookkeeping
+
+def test_resume_point_and_interrupted_record():
+    records = [rec(1), rec(2), rec(4, status="started")]
+    last, unfinished = plan.resume_point(records)
+    assert last == 4 and [r["cycle"] for r in unfinished] == [4]
+    closed = plan.interrupted(unfinished[0], 1796300000.0)
+    assert closed["status"] == "done" and closed["verdict"] == "error"
+    assert closed["phase"] == "interrupted" and closed["reason"].startswith("interrupted")
+    assert closed["cycle"] == 4 and unfinished[0]["status"] == "started"  # input untouched
+    assert compare.local_buckets(closed) == ["error-in-interrupted"]
+
+
+def _chunk(root, chunk_id, numbers, modes, finished, started_only=()):
+    """A chunk directory as lab.run leaves it (local numbering from 1)."""
+    rundir = RunDir(root, chunk_id)
+    with open(os.path.join(rundir.path, "chunk.json"), "w") as out:
+        json.dump({"numbers": numbers, "modes": modes}, out)
+    for local in range(1, len(numbers) + 1):
+        if local not in finished and local not in started_only:
+            continue
+        base = rec(local, modes[local - 1], status="started", guest=f"pmlab-{chunk_id}-w0-1")
+        base["run_id"] = chunk_id
+        rundir.append(base)
+        if local in finished:
+            os.makedirs(rundir.file("reports"), exist_ok=True)
+            with open(rundir.file("reports", f"cycle{local}.txt.gz"), "w") as out:
+                out.write(f"report of local cycle {local}")
+            rundir.append(dict(base, status="done", verdict="pass", phase=None, reason=None,
+                               report=f"reports/cycle{local}.txt.gz"))
+    with open(rundir.file("console", f"pmlab-{chunk_id}-w0-1.log"), "w") as out:
+        out.write("console\n")
+    return rundir.path
+
+
+def test_import_chunk_renumbers_and_closes_interrupted(tmp_path):
+    results = str(tmp_path / "results")
+    run = RunDir(results, "soak-shard2of3")
+    chunks = os.path.join(run.path, "chunks")
+    chunk = _chunk(chunks, "soak.c000002", [2, 5, 8, 11], ["freeze", "disk", "mem", "freeze"],
+                   finished=[1, 2], started_only=[3])
+    imported = nightly.import_chunk(chunk, run, "soak")
+    assert not os.path.exists(chunk)
+    records = read_cycles(run.cycles_path)
+    assert [(r["cycle"], r["mode"], r["verdict"], r["run_id"]) for r in records] == [
+        (2, "freeze", "pass", "soak"), (5, "disk", "pass", "soak"), (8, "mem", "error", "soak")]
+    assert records[2]["phase"] == "interrupted" and len(imported) == 3
+    assert records[1]["report"] == "reports/cycle5.txt.gz"
+    with open(os.path.join(run.path, "reports", "cycle5.txt.gz")) as source:
+        assert source.read() == "report of local cycle 2"
+    assert os.path.isfile(os.path.join(run.path, "console", "pmlab-soak.c000002-w0-1.log"))
+    assert plan.resume_point(records)[0] == 8  # continue with cycle 11
+
+
+FAKE_LAB_RUN = r'''
+import argparse, os, sys
+sys.path.insert(0, os.environ["PMLAB_REPO"])
+from lab.records import RunDir
+p = argparse.ArgumentParser()
+p.add_argument("--results"); p.add_argument("--run-id"); p.add_argument("--cycles")
+p.add_argument("--mode", action="append")
+a, _ = p.parse_known_args()
+d = RunDir(a.results, a.run_id)
+numbers = __import__("json").load(open(os.path.join(d.path, "chunk.json")))["numbers"]
+die_at = int(os.environ.get("FAKE_DIE_AT_PLAN_CYCLE", "0"))
+fail_at = int(os.environ.get("FAKE_FAIL_PLAN_CYCLE", "0"))
+for local, mode in enumerate(a.mode, 1):
+    base = {"run_id": a.run_id, "cycle": local, "status": "started", "mode": mode, "wake": "x",
+            "host_start": "2026-12-03T10:00:00.000+00:00"}
+    d.append(base)
+    if numbers[local - 1] == die_at:
+        if os.environ.get("FAKE_KILL_NIGHTLY"):  # the host dies: nightly too
+            os.kill(os.getppid(), 9)
+        os._exit(9)  # killed mid-cycle: only the "started" line
+    verdict = "fail" if numbers[local - 1] == fail_at else "pass"
+    d.append(dict(base, status="done", verdict=verdict, phase="suspend" if verdict == "fail" else None,
+                  reason=None, host_seconds=0.01))
+    print(f"cycle {local} {mode}: {verdict}", flush=True)
+'''
+
+
+def _nightly(tmp_path, *argv, **env):
+    fake = tmp_path / "fake_lab_run.py"
+    fake.write_text(FAKE_LAB_RUN)
+    environment = dict(os.environ, PYTHONPATH=REPO, PMLAB_REPO=REPO,
+                       PMLAB_NIGHTLY_LAB_RUN=f"{PYTHON} {fake}", **env)
+    return subprocess.run([PYTHON, "-m", "pipelines.nightly", "--results", str(tmp_path / "results"), *argv],
+                          cwd=REPO, env=environment, capture_output=True, text=True)
+
+
+def test_nightly_resumes_after_a_kill(tmp_path):
+    first = _nightly(tmp_path, "--run-id", "soak", "--max-cycles", "10", "--chunk", "4",
+                     FAKE_DIE_AT_PLAN_CYCLE="6", FAKE_KILL_NIGHTLY="1")
+    assert first.returncode == -9
+    run_dir = tmp_path / "results" / "soak"
+    records = read_cycles(str(run_dir / "cycles.jsonl"))
+    # Killed: the chunk in flight is still in its own directory (its lines are
+    # the state of cycles 5 and 6); the run has the chunks imported before.
+    assert [r["cycle"] for r in records] == [1, 2, 3, 4], first.stdout + first.stderr
+    chunk = run_dir / "chunks" / "soak.c000005"
+    assert [(r["cycle"], r["status"]) for r in read_cycles(str(chunk / "cycles.jsonl"))] == \
+        [(1, "done"), (2, "started")]
+    # Options that would change the plan are refused on resume.
+    refused = _nightly(tmp_path, "--run-id", "soak", "--max-cycles", "12")
+    assert refused.returncode == 2 and "max_cycles" in refused.stderr
+    second = _nightly(tmp_path, "--run-id", "soak", "--chunk", "4")
+    assert "resuming run soak after cycle 6" in second.stdout, second.stdout + second.stderr
+    assert "1 closed as interrupted" in second.stdout and not chunk.exists()
+    records = read_cycles(str(run_dir / "cycles.jsonl"))
+    assert [r["cycle"] for r in records] == list(range(1, 11))
+    assert [r["cycle"] for r in records if r["verdict"] != "pass"] == [6]
+    assert records[5]["phase"] == "interrupted" and records[5]["status"] == "done"
+    assert [r["mode"] for r in records] == [plan.mode_of(n, list(plan.DEFAULT_MODES)) for n in range(1, 11)]
+    assert second.returncode == 1  # one cycle did not pass
+    with open(run_dir / "cycles.jsonl") as source:  # each cycle's final line once (+ no duplicates)
+        finals = [json.loads(line) for line in source]
+    assert len([r for r in finals if r["status"] == "done"]) == 10
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["cycles"] == 10 and summary["run_id"] == "soak"
+    assert ET.parse(run_dir / "junit.xml").getroot().get("tests") == "10"
+    third = _nightly(tmp_path, "--run-id", "soak")
+    assert "plan complete" in third.stdout and len(read_cycles(str(run_dir / "cycles.jsonl"))) == 10
+
+
+def test_nightly_requeues_cycles_after_a_lab_run_crash(tmp_path):
+    done = _nightly(tmp_path, "--run-id", "crash", "--max-cycles", "9", "--chunk", "4", FAKE_DIE_AT_PLAN_CYCLE="2")
+    records = read_cycles(str(tmp_path / "results" / "crash" / "cycles.jsonl"))
+    assert [r["cycle"] for r in records] == list(range(1, 10)), done.stdout + done.stderr
+    assert [(r["cycle"], r["phase"]) for r in records if r["verdict"] != "pass"] == [(2, "interrupted")]
+    assert "before cycles [3, 4]: queued again" in done.stdout and done.returncode == 1
+
+
+def test_nightly_stops_when_lab_run_records_nothing(tmp_path):
+    fake = tmp_path / "broken.py"
+    fake.write_text("import sys; print('lab.run: libvirt unreachable', file=sys.stderr); sys.exit(2)\n")
+    done = subprocess.run([PYTHON, "-m", "pipelines.nightly", "--results", str(tmp_path / "r"), "--run-id", "x",
+                           "--max-cycles", "5"], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO, PMLAB_NIGHTLY_LAB_RUN=f"{PYTHON} {fake}"))
+    assert done.returncode == 2 and "recorded no cycle" in done.stdout
+
+
+def test_nightly_shards_merge_to_the_single_run(tmp_path):
+    for i in (1, 2, 3):
+        done = _nightly(tmp_path, "--run-id", "night", "--max-cycles", "11", "--shard", f"{i}/3", "--chunk", "2",
+                        FAKE_FAIL_PLAN_CYCLE="7")
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+    shards = [str(tmp_path / "results" / f"night-shard{i}of3") for i in (1, 2, 3)]
+    merged = str(tmp_path / "merged")
+    assert merge_mod.main([merged, *shards]) == 0
+    records = read_cycles(os.path.join(merged, "cycles.jsonl"))
+    assert [r["cycle"] for r in records] == list(range(1, 12))
+    assert {r["run_id"] for r in records} == {"night"}
+    assert [r["cycle"] for r in records if r["verdict"] != "pass"] == [7]
+
+
+# ---------------------------------------------------------------- merge
+
+def _single_run(root, run_id):
+    """A run directory as lab.run writes it (started + done lines), from the
+    recorded cycles plus a few synthetic ones (fail, hang, unfinished)."""
+    records = [dict(r, run_id=run_id) for r in read_cycles(RECORDINGS)]
+    extra = [rec(0, "freeze", "hang", "resume", "no report"), rec(0, "mem", "fail", "suspend", "EIO"),
+             rec(0, "disk", status="started")]
+    for offset, record in enumerate(extra, 1):
+        records.append(dict(record, run_id=run_id, cycle=max(r["cycle"] for r in records) + offset))
+    rundir = RunDir(root, run_id)
+    for record in records:
+        rundir.append({k: record[k] for k in ("run_id", "cycle", "mode", "wake") if k in record} |
+                      {"status": "started"})
+        if record.get("status") == "done":
+            rundir.append(record)
+    return rundir.path, records
+
+
+def _split(single, records, count, root):
+    """Shard directories holding the shard's cycles of `single`, as written."""
+    dirs = []
+    with open(os.path.join(single, "cycles.jsonl")) as source:
+        lines = [json.loads(line) for line in source]
+    for i in range(1, count + 1):
+        rundir = RunDir(root, f"split-shard{i}of{count}")
+        for line in lines:
+            if line["cycle"] % count == i % count:
+                rundir.append(line)
+        dirs.append(rundir.path)
+    return dirs
+
+
+def _comparable(summary):
+    return {k: v for k, v in summary.items() if k not in ("written", "merged_from", "run_id")}
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_merged_shards_equal_the_single_run(tmp_path, count):
+    single, records = _single_run(str(tmp_path / "single"), "night-1")
+    shards = _split(single, records, count, str(tmp_path / "shards"))
+    merged = str(tmp_path / "merged" / "night-1")
+    summary = merge_mod.merge(merged, shards)
+    assert read_cycles(os.path.join(merged, "cycles.jsonl")) == read_cycles(os.path.join(single, "cycles.jsonl"))
+    assert _comparable(summary) == _comparable(summarize(read_cycles(os.path.join(single, "cycles.jsonl"))))
+    # merging the same shards again (a shard named twice) changes nothing
+    again = str(tmp_path / "again")
+    merge_mod.merge(again, shards + shards[:1])
+    assert read_cycles(os.path.join(again, "cycles.jsonl")) == read_cycles(os.path.join(merged, "cycles.jsonl"))
+    if commit_mod.module_available("dashboards.compute"):
+        from dashboards import compute
+        one, many = compute.compute([single]), compute.compute([merged])
+        assert one["inputs"]["cycles"] == len(records)
+        assert json.dumps(one, sort_keys=True) == json.dumps(many, sort_keys=True)
+
+
+def test_merge_refuses_conflicting_cycles_and_mixed_run_ids(tmp_path):
+    a, b = RunDir(str(tmp_path), "a"), RunDir(str(tmp_path), "b")
+    a.append(rec(1))
+    b.append(rec(1, verdict="fail", phase="suspend"))
+    with pytest.raises(merge_mod.MergeError, match="cycle 1"):
+        merge_mod.merge(str(tmp_path / "out1"), [a.path, b.path])
+    c = RunDir(str(tmp_path), "c")
+    c.append(dict(rec(2), run_id="other"))
+    with pytest.raises(merge_mod.MergeError, match="run ids"):
+        merge_mod.merge(str(tmp_path / "out2"), [a.path, c.path])
+    merge_mod.merge(str(tmp_path / "out3"), [a.path, c.path], run_id="joined")
+    assert {r["run_id"] for r in read_cycles(str(tmp_path / "out3" / "cycles.jsonl"))} == {"joined"}
+    # a finished record wins over the same cycle's "started" line elsewhere
+    d = RunDir(str(tmp_path), "d")
+    d.append(rec(1, status="started"))
+    merge_mod.merge(str(tmp_path / "out4"), [d.path, a.path])
+    assert read_cycles(str(tmp_path / "out4" / "cycles.jsonl"))[0]["verdict"] == "pass"
+    with pytest.raises(merge_mod.MergeError, match="already holds"):
+        merge_mod.merge(str(tmp_path / "out4"), [a.path])
+
+
+# ---------------------------------------------------------------- LAVA
+
+LAVA_LOG = [
+    '{"dt": "2026-12-03T13:20:41.0", "lvl": "results", "msg": {"case": "validate", "definition": "lava", '
+    '"result": "pass"}}',
+    '{"dt": "2026-12-03T13:20:41.1", "lvl": "results", "msg": {"case": "file-download", "definition": "lava", '
+    '"extra": {"label": "kernel", "size": ! "3187712"}, "result": "pass"}}',
+    '{"dt": "2026-12-03T13:20:42.2", "lvl": "results", "msg": {"case": "setup", "definition": "0_pmlab-s3", '
+    '"duration": "0.90", "result": "pass"}}',
+    '{"dt": "2026-12-03T13:20:42.3", "lvl": "target", "msg": "pmlab-lava# n=1; echo \\"pmlab-lava: cycle $n '
+    'verdict=$(echo $v | tr a-z A-Z)\\""}',
+    '{"dt": "2026-12-03T13:20:46.3", "lvl": "target", "msg": "pmlab-lava: cycle 1 verdict=PASS status=0 '
+    'success_delta=1 lowlevel_resumes=1"}',
+    '{"dt": "2026-12-03T13:20:46.348754", "lvl": "results", "msg": {"case": "cycle-1", '
+    '"definition": "0_pmlab-s3", "duration": "4.11", "result": "pass"}}',
+    '{"dt": "2026-12-03T13:20:49.9", "lvl": "target", "msg": "pmlab-lava: cycle 2 verdict=FAIL status=0 '
+    'success_delta=0 lowlevel_resumes=0"}',
+    '{"dt": "2026-12-03T13:20:49.916333", "lvl": "results", "msg": {"case": "cycle-2", '
+    '"definition": "0_pmlab-s3", "duration": "3.57", "result": "fail"}}',
+    '{"dt": "2026-12-03T13:20:53.9", "lvl": "results", "msg": {"case": "job", "definition": "lava", '
+    '"result": "pass"}}',
+]
+
+
+def test_lava_results_from_job_log():
+    parsed = lava_results.parse_log(LAVA_LOG)
+    assert parsed["job"]["result"] == "pass" and parsed["setup"]["result"] == "pass"
+    records = lava_results.records(parsed, "lava-1", expected=3)
+    assert [(r["cycle"], r["verdict"]) for r in records] == [(1, "pass"), (2, "fail"), (3, "error")]
+    assert records[0]["proof"] == {"suspend_stats_success": 1, "lowlevel_resumes": 1}
+    assert records[0]["host_seconds"] == 4.11 and records[0]["mode"] == "mem" and records[0]["wake"] == "rtc"
+    assert records[1]["phase"] == "sleep" and "success_delta=0" in records[1]["reason"]
+    assert "before this cycle ran" in records[2]["reason"]
+
+
+def test_lava_job_patterns_cannot_match_their_own_echo(tmp_path):
+    yaml = pytest.importorskip("yaml")
+    pytest.importorskip("jinja2")
+    artifacts = tmp_path / "out"
+    artifacts.mkdir()
+    (artifacts / "bzImage").write_text("k")
+    (artifacts / "initramfs.cpio.gz").write_text("r")
+    job = yaml.safe_load(lava_render.render_job(str(artifacts), cycles=3, rtc_seconds=2))
+    deploy = job["actions"][0]["deploy"]
+    assert deploy["to"] == "tmpfs"
+    assert deploy["images"]["kernel"]["url"] == f"file://{artifacts}/bzImage"
+    assert job["actions"][1]["boot"] == {**job["actions"][1]["boot"], "method": "qemu", "media": "tmpfs"}
+    interactive = job["actions"][2]["test"]["interactive"][0]
+    import re
+    steps = interactive["script"]
+    assert [s["name"] for s in steps] == ["setup", "cycle-1", "cycle-2", "cycle-3"]
+    for step_ in steps:
+        patterns = [p["message"] for p in step_.get("successes", []) + step_.get("failures", [])]
+        patterns += interactive["prompts"]
+        for pattern in patterns:
+            assert not re.search(pattern, step_["command"]), (pattern, step_["name"])
+    assert "rdinit=/bin/sh" in deploy["images"]["kernel"]["image_arg"]
+
+
+def test_lava_device_dictionary():
+    text = lava_render.device_dictionary(memory=768)
+    assert text.startswith("{% extends 'qemu.jinja2' %}")
+    assert "{% set arch = 'amd64' %}" in text and "{% set no_kvm = True %}" in text
+    assert "{% set memory = 768 %}" in text and "-global PIIX4_PM.disable_s3=0" in text
