@@ -34,6 +34,9 @@ from lab.guest_agent import AgentTimeout, quote
 from lab.records import iso
 
 RTC_WAKE_SECONDS = 2
+# guest/init prints this when the swap disk held no image: the boot was fresh,
+# not a restore (its earlier lines also appear in the boot kernel of a restore).
+FRESH_BOOT = "pmlab-init: no hibernation image"
 
 # Deepest phase marker each pm_test level reaches, and the first it must not.
 PM_TEST_REACH = {
@@ -162,7 +165,7 @@ class Cycle:
                 raise Hang("hibernate", f"guest did not reboot within {w.hibernate:.0f}s")
         restart_mark = self.guest.console.mark()
         fresh_boot = lambda: self.not_running() or bool(
-            [line for line in self.guest.console.lines(restart_mark) if "pmlab-init:" in line])
+            [line for line in self.guest.console.lines(restart_mark) if FRESH_BOOT in line])
         reply = None
         try:
             reply = self.wait_reply("restore", w.restore, fresh_boot)

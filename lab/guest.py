@@ -16,8 +16,10 @@ from lab import console as console_text
 from lab import virt
 from lab.guest_agent import Agent, AgentTimeout
 
+# No resume= here: guest/init loads the test modules first and then asks for
+# the image through /sys/power/resume, so the boot kernel has pmtest devices.
 BASE_CMDLINE = ("console=ttyS0,115200 no_console_suspend loglevel=8 printk.devkmsg=on "
-                "resume=/dev/vda pmlab.swap=/dev/vda")
+                "pmlab.swap=/dev/vda")
 SWAP_BYTES = 1 << 30
 
 
