@@ -6,6 +6,9 @@ A regression is
   - a mode whose pass rate dropped (current pass/cycles below the previous
     run's; a mode the previous run did not have is compared with 1.0), or
   - a failure bucket present now that the previous run did not have.
+A cycle made to fail on purpose (expected_verdict, as lab/session.py records
+for injected faults) counts as passed when it got that verdict, and gives no
+bucket; if it passed instead, that is bucket "expected-<verdict>-but-passed".
 No previous run (first run, or none with cycles) means nothing may fail:
 every bucket is new. Records are the final record of each cycle
 (lab.records.read_cycles); a cycle left with only its "started" line counts
@@ -55,7 +58,15 @@ def default_buckets():
 
 
 def passed(record):
-    return record.get("status") == "done" and record.get("verdict") == "pass"
+    """Did the cycle do what was expected? Normally: pass. A cycle the lab
+    made fail on purpose carries expected_verdict (lab/session.py); reaching
+    that verdict is its pass, passing instead is not."""
+    return record.get("status") == "done" and record.get("verdict") == record.get("expected_verdict", "pass")
+
+
+def provoked(record):
+    """A cycle that failed on purpose, as expected: no failure bucket."""
+    return passed(record) and record.get("expected_verdict", "pass") != "pass"
 
 
 def mode_rates(records):
@@ -71,6 +82,11 @@ def bucket_cycles(records, classify):
     """{bucket: [cycle numbers]}"""
     found = {}
     for record in records:
+        if provoked(record):
+            continue
+        if record.get("expected_verdict", "pass") != "pass" and record.get("verdict") == "pass":
+            found.setdefault(f"expected-{record['expected_verdict']}-but-passed", []).append(record["cycle"])
+            continue
         for bucket in classify(record):
             found.setdefault(bucket, []).append(record["cycle"])
     return found

@@ -5,7 +5,8 @@ per mode, so CI systems (GitLab, GitHub, Jenkins) list each failing cycle.
 
 verdict pass -> passed; fail / hang -> <failure type=verdict>; error (the lab
 failed, not the kernel) -> <error>; a cycle with only its "started" line ->
-<error type="unfinished">. The cycle's evidence lines go to <system-out>.
+<error type="unfinished">. A cycle made to fail on purpose (expected_verdict)
+passes when it got that verdict. The cycle's evidence lines go to <system-out>.
 """
 
 import argparse
@@ -23,8 +24,12 @@ def _outcome(record):
     if record.get("status") != "done":
         return "error", "unfinished", "only the \"started\" line: the cycle never finished"
     verdict = record.get("verdict")
-    if verdict == "pass":
+    expected = record.get("expected_verdict", "pass")
+    if verdict == expected:  # a cycle made to fail on purpose that did
         return "pass", None, None
+    if verdict == "pass":  # ... or one that should have failed and did not
+        message = f"expected verdict {expected} (provoked on purpose), got pass"
+        return "failure", f"expected-{expected}", message
     message = f"{verdict} in {record.get('phase') or 'unknown phase'}: {record.get('reason') or ''}".strip()
     if verdict == "error":
         return "error", "error", message

@@ -85,6 +85,19 @@ def test_unfinished_cycle_counts_as_not_passed():
     assert compare.mode_rates([rec(1), rec(2, status="started")]) == {"mem": (1, 2)}
 
 
+def test_cycles_failed_on_purpose_are_not_regressions():
+    previous = [rec(1), rec(2)]
+    provoked = [rec(1), rec(2, verdict="hang", phase="suspend", expected_verdict="hang")]
+    assert compare.regressions(previous, provoked, LOCAL) == []
+    missed = [rec(1), rec(2, expected_verdict="hang")]  # the injected hang did not happen
+    found = compare.regressions(previous, missed, LOCAL)
+    assert {(f["kind"], f.get("bucket") or f.get("mode")) for f in found} == {
+        ("pass-rate", "mem"), ("new-bucket", "expected-hang-but-passed")}
+    other = [rec(1), rec(2, verdict="fail", phase="resume", expected_verdict="hang")]
+    assert ("new-bucket", "fail-in-resume") in [(f["kind"], f.get("bucket")) for f in
+                                                compare.regressions(previous, other, LOCAL)]
+
+
 def test_default_buckets_match_the_dashboard_when_present():
     classify = compare.default_buckets()
     failed = rec(4, verdict="fail", phase="suspend", reason="writing 'mem' failed",
@@ -159,6 +172,14 @@ def test_junit_one_testcase_per_cycle(tmp_path):
     assert sorted(suites) == ["pmlab.disk", "pmlab.freeze", "pmlab.mem"]
     assert suites["pmlab.disk"].get("errors") == "2" and suites["pmlab.mem"].get("failures") == "1"
     assert float(cases[0].get("time")) == pytest.approx(1.6)
+
+
+def test_junit_cycles_failed_on_purpose():
+    tree = junit.build([rec(1, verdict="hang", phase="suspend", expected_verdict="hang"),
+                        rec(2, expected_verdict="fail")], "r1")
+    cases = tree.getroot().findall("./testsuite/testcase")
+    assert [len(c) for c in cases] == [0, 1]
+    assert cases[1].find("failure").get("type") == "expected-fail"
 
 
 def test_junit_from_recorded_cycles(tmp_path):
