@@ -37,7 +37,7 @@ if __package__ in (None, ""):
 from pipelines import compare as compare_mod  # noqa: E402
 from pipelines import junit as junit_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, Stages, build_lock, log, module_available,  # noqa: E402
-                              read_json, read_records, run, stamp, write_json)
+                              read_json, read_records, run, stamp, write_json, write_run_manifest)
 
 PROG = "commit"
 MARKER = "pipeline.json"
@@ -206,6 +206,7 @@ def main(argv=None):
         result, exit_code = "build failed", 1
         return finish()
     marker["kernel"] = read_json(os.path.join(artifacts, "manifest.json"))
+    log(PROG, write_run_manifest(run_dir, artifacts, run_id))
 
     with stages.stage("initramfs") as entry:
         current, why = initramfs_current(artifacts)

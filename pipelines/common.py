@@ -139,3 +139,17 @@ def module_available(dotted):
     """True if REPO/<dotted as a path>.py exists (the dashboards module may
     not be written yet: callers skip it with a message instead of failing)."""
     return os.path.isfile(os.path.join(REPO, *dotted.split(".")) + ".py")
+
+
+def write_run_manifest(run_dir, artifacts, run_id, shard=None):
+    """<run_dir>/manifest.json through dashboards.manifest when that module is
+    there (what the run ran on: commit, kernel, QEMU/OVMF/libvirt, host).
+    Returns a note for the log; never raises."""
+    if not module_available("dashboards.manifest"):
+        return "dashboards/manifest.py not there: no manifest.json"
+    try:
+        from dashboards.manifest import write_manifest
+        manifest = write_manifest(run_dir, artifacts, shard if shard and shard[1] > 1 else None, run_id)
+        return f"manifest.json ({len(manifest.get('errors') or [])} probe errors)"
+    except Exception as error:  # the manifest must not stop a run
+        return f"manifest.json not written: {type(error).__name__}: {error}"

@@ -39,7 +39,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines import plan as plan_mod  # noqa: E402
-from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
+from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
+                              write_run_manifest)
 from lab.records import RunDir, read_cycles, summarize  # noqa: E402
 
 PROG = "nightly"
@@ -260,6 +261,10 @@ def main(argv=None):
               f"{', ' + str(args.hours) + ' h' if args.hours else ''}, shard {shard[0]}/{shard[1]}, "
               f"dir {rundir.path}")
 
+    if not args.dry_run:
+        artifacts = os.path.join(REPO, "build", "baseline" if args.baseline else "", "out") \
+            if not args.artifacts else os.path.abspath(args.artifacts)
+        log(PROG, write_run_manifest(rundir.path, artifacts, run_id, shard))
     started = time.monotonic()
     deadline = started + args.hours * 3600 if args.hours else None
     pending = plan_mod.shard_numbers(shard, max_cycles, after=last)
