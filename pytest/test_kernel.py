@@ -1,0 +1,184 @@
+"""The kernel deliverables: the patch series, the configuration, the pmtest
+module, and what a real guest booted with them does in one S3 cycle and one
+hibernation cycle (issue: the pm_ops patch series on Debian's 6.1)."""
+
+import gzip
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from lab import artifacts as artifacts_mod
+from lab import guest_report, modes, oracle
+from lab.session import Session
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATCHES = os.path.join(REPO, "kernel", "patches")
+OUT = artifacts_mod.DEFAULT_DIR
+
+
+def run(*command, env=None):
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})))
+
+
+def series():
+    with open(os.path.join(PATCHES, "series")) as listing:
+        return [line.strip() for line in listing if line.strip() and not line.startswith("#")]
+
+
+def test_series_is_checkpatch_clean_and_applies():
+    result = run("kernel/check-series")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for patch in series():
+        assert f"{patch}: checkpatch clean" in result.stdout
+    assert f"all {len(series())} patches apply" in result.stdout
+
+
+def test_patch_that_does_not_apply_is_named_with_its_file(tmp_path):
+    broken = tmp_path / "patches"
+    shutil.copytree(PATCHES, broken)
+    first = broken / series()[0]
+    text = first.read_text()
+    assert "\tint (*restore_noirq)(struct device *dev);" in text
+    first.write_text(text.replace(" \tint (*restore_noirq)(struct device *dev);",
+                                  " \tint (*restore_noirqX)(struct device *dev);", 1))
+    result = run("kernel/check-series", env={"PMLAB_SERIES_DIR": str(broken)})
+    assert result.returncode != 0
+    assert f"patch {series()[0]} does not apply" in result.stderr
+    assert "include/linux/pm.h" in result.stderr
+
+
+def test_every_prefix_of_the_series_builds():
+    result = run("kernel/check-series", "--prefixes")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for k in range(1, len(series()) + 1):
+        assert f"prefix {k}/{len(series())}" in result.stderr
+    assert "every prefix builds" in result.stdout
+
+
+def test_every_fragment_option_survived_kconfig():
+    config = os.path.join(OUT, "config")
+    assert os.path.exists(config), "build/out/config missing: run kernel/build"
+    result = run("/usr/bin/python3", "kernel/check_config.py", "kernel/config/pmlab.config", config)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_dropped_option_is_reported_with_its_line(tmp_path):
+    fragment = tmp_path / "fragment.config"
+    fragment.write_text("CONFIG_PM=y\n# comment\nCONFIG_ACPI_BUTTON=y\n# CONFIG_SLOB is not set\n")
+    config = tmp_path / ".config"
+    config.write_text("CONFIG_PM=y\n# CONFIG_ACPI_BUTTON is not set\nCONFIG_SLOB=y\n")
+    result = run("/usr/bin/python3", "kernel/check_config.py", str(fragment), str(config))
+    assert result.returncode == 1
+    assert f"{fragment}:3: CONFIG_ACPI_BUTTON=y was dropped" in result.stderr
+    assert f"{fragment}:4: CONFIG_SLOB=n was dropped" in result.stderr
+    assert "CONFIG_PM=" not in result.stderr
+
+
+def test_pmtest_module_is_built_for_this_kernel_with_the_new_callbacks():
+    found = artifacts_mod.find(OUT)
+    module = os.path.join(OUT, "modules", "pmtest.ko")
+    vermagic = run("/sbin/modinfo", "-F", "vermagic", module).stdout.split()
+    assert vermagic and vermagic[0] == found.manifest["kernelrelease"]
+    symbols = run("nm", module).stdout
+    for callback in ("quiesce", "quiesce_late", "quiesce_noirq", "recover", "recover_early",
+                     "recover_noirq"):
+        assert f" pmtest_pm_{callback}\n" in symbols, callback
+
+
+# ------------------------------------------------------------ in a real guest
+
+FULL_S3 = ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume_noirq",
+           "resume_early", "resume", "complete"]
+EXPECTED_S3 = {"pmtest_full": FULL_S3, "pmtest_compat": FULL_S3,
+               "pmtest_legacy": ["suspend", "resume"],
+               "pmtest_edu": ["prepare", "suspend", "resume", "complete"]}
+PLATFORM_DEVICES = 7  # depth 2, fanout 2 per driver
+
+
+@pytest.fixture(scope="module")
+def patched_session(lab_run):
+    found = artifacts_mod.find(OUT)
+    if found.manifest.get("variant") != "patched":
+        pytest.fail(f"{OUT} holds a {found.manifest.get('variant')} kernel", pytrace=False)
+    session = Session(found, lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      lab_run["watchdogs"], lab_run["worker"] + "-kernel",
+                      connection=lab_run["connection"])
+    yield session
+    session.close()
+
+
+def report_sections(lab_run, record):
+    with gzip.open(os.path.join(lab_run["rundir"].path, record["report"]), "rt") as text:
+        return guest_report.sections(text.read())
+
+
+def sequences(calls):
+    out = {}
+    for call in calls:
+        out.setdefault(call.device, []).append(call)
+    return out
+
+
+@pytest.mark.guest
+def test_s3_logs_every_callback_of_every_pmtest_device_in_rule_order(lab_run, patched_session):
+    record = patched_session.cycle(modes.parse_mode("mem"), 8001)
+    assert record["verdict"] == "pass", record.get("reason")
+    sections = report_sections(lab_run, record)
+    calls = oracle.from_pmtest(sections["pmtest_log"])
+    by_device = sequences(calls)
+    drivers = {}
+    for device, device_calls in by_device.items():
+        driver = oracle.observe.pmtest_driver(device)
+        drivers[driver] = drivers.get(driver, 0) + 1
+        assert [c.callback for c in device_calls] == EXPECTED_S3[driver], device
+        assert all(c.ret == 0 for c in device_calls), device
+    assert drivers == {"pmtest_full": PLATFORM_DEVICES, "pmtest_compat": PLATFORM_DEVICES,
+                       "pmtest_legacy": PLATFORM_DEVICES, "pmtest_edu": 1}
+    assert oracle.judge(calls, oracle.pmtest_parents(calls)) == []
+    trace_calls, parents = oracle.from_trace(sections["trace"])
+    assert {c.device.split(" (")[0] for c in trace_calls} >= set(by_device)
+    assert oracle.judge(trace_calls, parents) == []
+
+
+@pytest.mark.guest
+def test_hibernation_boot_kernel_quiesces_full_driver_and_freezes_compat(lab_run, patched_session):
+    record = patched_session.cycle(modes.parse_mode("disk"), 8002)
+    assert record["verdict"] == "pass", record.get("reason")
+    # The boot kernel's records exist only on the console (log_console).
+    console = oracle.from_pmtest("\n".join(record["evidence"]))
+    kernels = oracle.split_kernels(console)
+    assert len(kernels) == 1, f"expected the boot kernel's records only, got {len(kernels)} kernels"
+    boot = kernels[0]
+    assert oracle.judge(boot, oracle.pmtest_parents(boot)) == []
+    by_device = sequences(boot)
+    expected = {"pmtest_full": ["prepare", "quiesce", "quiesce_late", "quiesce_noirq"],
+                "pmtest_compat": ["prepare", "freeze", "freeze_late", "freeze_noirq"],
+                "pmtest_legacy": ["suspend"], "pmtest_edu": ["prepare", "quiesce"]}
+    seen = set()
+    for device, device_calls in by_device.items():
+        driver = oracle.observe.pmtest_driver(device)
+        seen.add(driver)
+        assert [c.callback for c in device_calls] == expected[driver], device
+        assert {c.event for c in device_calls} == {"quiesce"}, device
+    assert seen == set(expected)
+    # The image kernel after the jump: restore side, judged from its own log.
+    image = oracle.from_pmtest(report_sections(lab_run, record)["pmtest_log"])
+    assert oracle.judge(image, oracle.pmtest_parents(image)) == []
+    assert any(c.callback == "restore_noirq" for c in image)
+
+
+@pytest.mark.guest
+def test_malformed_knob_input_gets_einval(patched_session):
+    guest = patched_session.guest
+    assert guest is not None, "the previous guest tests left no running guest"
+    for knob, text in (("fault", "pmtest_full.3 suspend_latex -5 1"), ("fault", "pmtest_full.3 x -5"),
+                       ("delay", "pmtest_full.3 suspend abc"), ("child", "* prepare")):
+        request = guest.agent.send(f"echo '{text}' > /sys/kernel/debug/pmtest/{knob}")
+        reply = guest.agent.wait(request, 30)
+        assert reply.status != 0 and "Invalid argument" in reply.output, (knob, text, reply)
+    request = guest.agent.send("echo 'pmtest_nothere.1 suspend -5 1' > /sys/kernel/debug/pmtest/fault")
+    reply = guest.agent.wait(request, 30)
+    assert reply.status != 0 and "No such device" in reply.output, reply
