@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 
 from lab import console, guest_report, pmtest_log, trace
 from lab.guest_agent import AgentTimeout, quote
+from lab.oracle.cycle_check import as_record as ordering_record
+from lab.oracle.cycle_check import judge_cycle
 from lab.records import iso
 
 RTC_WAKE_SECONDS = 2
@@ -355,6 +357,12 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
             record["report"] = os.path.relpath(report_path, rundir.path)
         record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
                             events, evidence, cycle.timeline, cycle.token, guest.boot_id))
+        # Callback order against the seed's rules (lab/oracle): a cycle that
+        # slept and woke with callbacks out of order did not pass.
+        violations, checked = judge_cycle(reply.output if reply else None, evidence)
+        record.update(ordering_record(violations, checked))
+        if violations and record["verdict"] == "pass":
+            record.update(verdict="fail", phase="ordering", reason=str(violations[0]))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
     record["evidence"] = evidence

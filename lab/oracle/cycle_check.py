@@ -1,0 +1,39 @@
+"""Judge one lab cycle: every kernel's callbacks that the cycle left behind.
+
+- the reporting kernel's pmtest log and trace buffer (guest/pmlab-cycle's
+  report: the kernel that ran the cycle, or the image kernel after a restore);
+- pmtest records on the console, one list per kernel instance: the boot
+  kernel of a hibernation restore prints them there (guest/init turns
+  pmtest's log_console on until it knows there is no image).
+"""
+
+from lab import guest_report
+
+from .judge import judge
+from .observe import from_pmtest, from_trace, pmtest_parents, split_kernels
+
+
+def judge_cycle(report_text, console_lines):
+    """(violations, counts): counts says how many calls each source gave, so
+    a record shows the oracle had something to judge."""
+    sections = guest_report.sections(report_text) if report_text else {}
+    violations, counts = [], {}
+    calls = from_pmtest(sections.get("pmtest_log", ""))
+    violations += judge(calls, pmtest_parents(calls))
+    counts["pmtest_log"] = len(calls)
+    trace_calls, parents = from_trace(sections.get("trace", ""))
+    violations += judge(trace_calls, parents)
+    counts["trace"] = len(trace_calls)
+    console_calls = from_pmtest("\n".join(console_lines or ()))
+    for kernel in split_kernels(console_calls):
+        violations += judge(kernel, pmtest_parents(kernel))
+    counts["console"] = len(console_calls)
+    return violations, counts
+
+
+def as_record(violations, counts, limit=20):
+    """The record fields: the dashboard buckets ordering violations by rule."""
+    return {"ordering_checked": counts,
+            "ordering_violations": [{"rule": v.rule, "device": v.device, "message": v.message,
+                                     "context": [str(c) for c in v.context]}
+                                    for v in violations[:limit]]}
