@@ -75,9 +75,13 @@ class Cycle:
         self.mode = mode
         self.number = number
         self.watchdogs = watchdogs
-        self.knobs = list(knobs)
+        # "boot" knobs are kernel command line words for the boot kernel of a
+        # hibernation restore (e.g. pmtest.fault=...); the rest go to the guest.
+        self.knobs = [k for k in knobs if k[0] != "boot"]
+        self.boot_params = " ".join(value for name, value in knobs if name == "boot")
         self.token = uuid.uuid4().hex
         self.timeline = []
+        self.pokes_before = guest.agent.pokes
         self.event_mark = guest.events.mark()
         self.console_mark = guest.console.mark()
         self.request = None
@@ -159,7 +163,7 @@ class Cycle:
             if off is None and not self.replied():
                 raise Hang("hibernate", f"domain still running {w.hibernate:.0f}s after the request")
             if off is not None:
-                self.guest.start_again()
+                self.guest.start_again(self.boot_params)
                 self.note("started-again")
         else:
             rebooted = self.wait_event({"reboot"}, w.hibernate, lambda: self.replied() or self.not_running())
@@ -204,16 +208,16 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
                       reason=f"pmlab-cycle exited with {status}: {report.strip()[-300:]}")
         return result
     before, enter, after = (guest_report.key_values(parts.get(n)) for n in ("before", "enter", "after"))
-    stats_before = guest_report.suspend_stats(parts.get("suspend_stats_before"))
-    stats_after = guest_report.suspend_stats(parts.get("suspend_stats_after"))
+    sysfs_before, sysfs_after = guest_report.snapshot(parts, "before"), guest_report.snapshot(parts, "after")
+    stats_before = guest_report.suspend_stats(sysfs_before)
+    stats_after = guest_report.suspend_stats(sysfs_after)
     events_trace = trace.parse(parts.get("trace", ""))
     sequences = trace.callbacks(events_trace)
     pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
     result.update(trace.timing(events_trace))
     result["suspend_stats_delta"] = guest_report.stats_delta(stats_before, stats_after)
     result["wakeup_sources_delta"] = guest_report.wakeup_delta(
-        guest_report.wakeup_sources(parts.get("wakeup_sources_before")),
-        guest_report.wakeup_sources(parts.get("wakeup_sources_after")))
+        guest_report.wakeup_sources(sysfs_before), guest_report.wakeup_sources(sysfs_after))
     result["phases"] = trace.phases_reached(events_trace)
     # Per device, in order: [callback, microseconds, error] (the report keeps the full trace).
     result["callbacks"] = {device: [[call["cb"], call["us"], call["err"]] for call in calls]
@@ -328,6 +332,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     evidence = console.cycle_lines(all_lines, number) or all_lines[-80:]
     record.update(status="done", host_end=iso(ended), host_seconds=round(ended - started, 3),
                   timeline=cycle.timeline, guest_usable=True, token=cycle.token,
+                  channel_pokes=guest.agent.pokes - cycle.pokes_before,
                   libvirt_events=[[round(t, 3), kind, detail] for t, kind, detail in events])
     if hang is not None:
         dump_path = rundir.file(f"hang-cycle{number}-{guest.name}.txt")

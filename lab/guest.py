@@ -11,6 +11,7 @@ import threading
 import time
 
 import libvirt
+from xml.sax.saxutils import escape
 
 from lab import console as console_text
 from lab import virt
@@ -125,15 +126,27 @@ class Guest:
         self.boot_id = self.wait_agent(timeout)
         return self.boot_id
 
-    def start_again(self):
+    def start_again(self, cmdline_extra=""):
         """Start the powered-off domain again (after hibernation, platform mode).
-        Same disk, so the kernel finds the image and resumes from it."""
-        self._create(0)
+        Same disk, so the kernel finds the image and resumes from it.
+        `cmdline_extra` is added for this boot only: knobs for the boot kernel."""
+        xml = self.xml
+        if cmdline_extra:
+            self.xml = self.xml.replace(f"<cmdline>{escape(self.cmdline)}</cmdline>",
+                                        f"<cmdline>{escape(self.cmdline + ' ' + cmdline_extra)}</cmdline>")
+            assert self.xml != xml, "domain XML has no <cmdline> to extend"
+        try:
+            self._create(0)
+        finally:
+            self.xml = xml
 
     def _create(self, flags):
         """Create the domain paused, attach console and agent streams, then run
         it: no console line is printed before the lab listens."""
-        self.dom = self.conn.createXML(self.xml, flags | libvirt.VIR_DOMAIN_START_PAUSED)
+        # AUTODESTROY: if the lab process dies, libvirt destroys its guests when
+        # the connection closes, instead of leaving them running unattended.
+        self.dom = self.conn.createXML(
+            self.xml, flags | libvirt.VIR_DOMAIN_START_PAUSED | libvirt.VIR_DOMAIN_START_AUTODESTROY)
         self.boots += 1
         console_stream = self.conn.newStream(0)
         self.dom.openConsole(None, console_stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)

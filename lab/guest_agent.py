@@ -75,12 +75,15 @@ class Agent:
     def __init__(self):
         self._parser = ReplyParser()
         self._replies = {}
+        self._discard = set()  # ids of no-op pokes
         self._cond = threading.Condition()
         self._stream = None
         self._next_id = int(time.time()) % 100000 * 1000  # distinct across guest restarts
         self.connected = False
         self.tap = None  # called with every received chunk (recording raw protocol bytes)
         self.reader_exit = None  # why the last reader thread stopped
+        self.last_data = time.monotonic()  # when bytes last arrived
+        self.pokes = 0  # stalled transfers restarted (see wait())
 
     def attach(self, stream):
         """Use a (new) libvirt stream; a reader thread feeds the parser."""
@@ -102,8 +105,12 @@ class Agent:
             if self.tap:
                 self.tap(data)
             with self._cond:
+                self.last_data = time.monotonic()
                 for reply in self._parser.feed(data):
-                    self._replies[reply.id] = reply
+                    if reply.id in self._discard:
+                        self._discard.discard(reply.id)
+                    else:
+                        self._replies[reply.id] = reply
                 self._cond.notify_all()
         with self._cond:
             if self._stream is stream:
@@ -124,17 +131,41 @@ class Agent:
             data = data[sent:]
         return request_id
 
+    # A reply can stall mid-transfer: with the host reading slowly (both cores
+    # busy) QEMU throttles the virtio-serial port and, rarely (~1 in 100 large
+    # replies on 2 parallel guests, also with no sleep cycle involved), never
+    # resumes: the guest has written everything and idles, part of it never
+    # reaches the host. Any new traffic on the channel restarts it (measured:
+    # the whole reply then arrives). So when a reply is half in and no byte has
+    # come for STALL_SECONDS, the host sends a no-op command; `pokes` counts it
+    # and the cycle record shows it.
+    STALL_SECONDS = 3.0
+
     def wait(self, request_id, timeout, abort=None):
         """The reply to `request_id`, or AgentTimeout. `abort()` returning true
         ends the wait early (also an AgentTimeout)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while request_id not in self._replies:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0 or (abort and abort()):
                     raise AgentTimeout(f"no reply to agent request {request_id} within {timeout:.0f}s")
+                if self._parser._buffer and now - self.last_data > self.STALL_SECONDS and self._stream:
+                    self._poke()
                 self._cond.wait(min(left, 0.2))
             return self._replies.pop(request_id)
+
+    def _poke(self):
+        """Send a no-op command (lock held); its reply is discarded."""
+        self.pokes += 1
+        self.last_data = time.monotonic()
+        self._next_id += 1
+        self._discard.add(self._next_id)
+        try:
+            self._stream.send(f"{self._next_id} true\n".encode())
+        except Exception:
+            pass
 
     def has_reply(self, request_id):
         with self._cond:
@@ -148,7 +179,7 @@ class Agent:
         could not place (for a hang report: did part of a reply arrive?)."""
         with self._cond:
             return {"partial_bytes": len(self._parser._buffer), "partial_head": self._parser._buffer[:120].decode("utf-8", "replace"),
-                    "noise_bytes": len(self._parser.noise), "connected": self.connected,
+                    "noise_bytes": len(self._parser.noise), "connected": self.connected, "pokes": self.pokes,
                     "reader_exit": self.reader_exit}
 
     def detach(self):

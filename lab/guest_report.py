@@ -1,8 +1,11 @@
 """The report guest/pmlab-cycle prints: sections "=== <name>" of text.
 
   before / after / enter        key=value lines
-  suspend_stats_before/_after   "grep -r ." lines: /sys/power/suspend_stats/<name>:<value>
-  wakeup_sources_before/_after  /sys/class/wakeup/<src>/{name,event_count}:<value>
+  sysfs_before / sysfs_after    "grep -r ." lines (one grep per side, to spare a process):
+                                /sys/power/suspend_stats/<name>:<value> and
+                                /sys/class/wakeup/<src>/{name,event_count}:<value>
+  (reports from before that split them into suspend_stats_* and
+   wakeup_sources_* sections parse the same way)
   trace                         the trace buffer (lab/trace.py)
   pmtest_log                    /sys/kernel/debug/pmtest/log (lab/pmtest_log.py)
   end                           present only if the script ran to its end
@@ -50,10 +53,19 @@ def _path_values(text):
     return values
 
 
+def snapshot(parts, side):
+    """The sysfs snapshot text of one side ("before"/"after") of a report."""
+    if f"sysfs_{side}" in parts:
+        return parts[f"sysfs_{side}"]
+    return "\n".join(parts.get(f"{name}_{side}", "") for name in ("suspend_stats", "wakeup_sources"))
+
+
 def suspend_stats(text):
     """{stat name: int or str} from /sys/power/suspend_stats/* grep lines."""
     stats = {}
     for path, value in _path_values(text).items():
+        if "/suspend_stats/" not in path:
+            continue
         name = path.rsplit("/", 1)[-1]
         stats[name] = int(value) if re.fullmatch(r"-?\d+", value) else value
     return stats
@@ -73,6 +85,8 @@ def wakeup_sources(text):
     """{source name: event_count} from /sys/class/wakeup/wakeupN/{name,event_count}."""
     by_dir = {}
     for path, value in _path_values(text).items():
+        if not path.startswith("/sys/class/wakeup/"):
+            continue
         directory, _, attribute = path.rpartition("/")
         by_dir.setdefault(directory, {})[attribute] = value
     sources = {}
