@@ -57,8 +57,13 @@ def cycle_lines(console_lines, cycle):
     return [] if start is None else console_lines[start:]
 
 
+# ->prepare returning -EAGAIN is retried by the PM core, not a failure.
+PREPARE_RETRY = re.compile(r"device_prepare\(\): .* returns -11$")
+
+
 def problems(console_lines):
-    return [line for line in console_lines if PROBLEMS.search(line)]
+    return [line for line in console_lines
+            if PROBLEMS.search(line) and not PREPARE_RETRY.search(line)]
 
 
 def panicked(console_lines):

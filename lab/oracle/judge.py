@@ -174,7 +174,7 @@ class _Transition:
                     self.flag("complete", call, "->complete without a successful ->prepare")
                     continue
                 prepared, completed = False, True
-                if retry_pending and not suspend_started:
+                if ("retry" in call.tags or retry_pending) and not suspend_started:
                     call.tags.add("retry")
                     retry_pending, may_prepare_again = False, True
                     continue

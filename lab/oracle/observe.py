@@ -112,7 +112,10 @@ def from_trace(text):
             if not match:
                 continue
             verb = match["verb"]
-            if side in ("prepare", "complete"):
+            if side == "prepare" and verb in rules.RESUME_EVENTS:
+                # dpm_prepare undoing a ->prepare (a child appeared during it)
+                callback = "complete"
+            elif side in ("prepare", "complete"):
                 callback = side
             elif verb in rules.CALLBACKS:
                 callback = rules.CALLBACKS[verb][level - 1]
@@ -125,6 +128,8 @@ def from_trace(text):
                 parents[device] = match["parent"]
             call = Call(len(calls), device, callback, verb, 0, "trace", None,
                         f"{event.ts:.6f} {match['driver']} {match['device']} {callback} [{verb}]")
+            if side == "prepare" and callback == "complete":
+                call.tags.add("retry")
             calls.append(call)
             open_calls.setdefault(device, []).append(call)
         elif event.name == "device_pm_callback_end":

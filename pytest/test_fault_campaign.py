@@ -1,0 +1,199 @@
+"""The fault campaign: every failure path the seed's design promises,
+provoked with pmtest knobs in a real guest cycle, observed, and judged.
+
+For each case: the oracle (lab/oracle) finds no violation of the rules in
+the callbacks the cycle left (pmtest log, trace, boot kernel console), the
+faulted device's own sequence is the one the rules give, and suspend_stats
+names the failed device, step and errno.  Run against the unpatched
+baseline (--baseline) the cases where the series changes behaviour fail:
+that is the oracle's negative control (pipelines/baseline-compare).
+"""
+
+import gzip
+import os
+import re
+
+import pytest
+
+from lab import guest_report, modes, oracle
+from lab.session import Session
+
+pytestmark = pytest.mark.guest
+
+DEV = "pmtest_full.3"
+COMPAT = "pmtest_compat.3"
+EIO = -5
+
+
+@pytest.fixture(scope="module")
+def campaign(lab_run):
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      lab_run["watchdogs"], lab_run["worker"] + "-campaign",
+                      connection=lab_run["connection"])
+    numbers = iter(range(7001, 7100))
+
+    def run(mode, knobs=(), expect="pass"):
+        record = session.cycle(modes.parse_mode(mode), next(numbers), list(knobs), expect=expect)
+        return Observed(lab_run["rundir"].path, record)
+
+    run.session = session
+    yield run
+    session.close()
+
+
+class Observed:
+    """What one cycle left: record, reporting kernel's pmtest log and
+    suspend_stats, and the console's pmtest records per kernel."""
+
+    def __init__(self, run_path, record):
+        self.record = record
+        self.sections = {}
+        if record.get("report"):
+            with gzip.open(os.path.join(run_path, record["report"]), "rt") as text:
+                self.sections = guest_report.sections(text.read())
+        self.calls = oracle.from_pmtest(self.sections.get("pmtest_log", ""))
+        self.console_kernels = oracle.split_kernels(
+            oracle.from_pmtest("\n".join(record.get("evidence", []))))
+
+    def sequence(self, device, calls=None):
+        return [(c.callback, c.event, c.ret) for c in (calls or self.calls) if c.device == device]
+
+    def callbacks(self, device, calls=None):
+        return [c.callback for c in (calls or self.calls) if c.device == device]
+
+    def stats(self):
+        return guest_report.suspend_stats(guest_report.snapshot(self.sections, "after"))
+
+    def explain(self):
+        r = self.record
+        return (f"cycle {r['cycle']} {r['mode']}: {r['verdict']} in {r.get('phase')}: {r.get('reason')}\n"
+                + "\n".join(str(v) for v in r.get("ordering_violations", [])))
+
+
+def assert_rules_hold(seen):
+    assert seen.record.get("ordering_violations") == [], seen.explain()
+    assert seen.record["ordering_checked"]["pmtest_log"] > 0 or seen.console_kernels, seen.explain()
+
+
+def assert_stats(seen, step, errno=EIO, device=DEV):
+    stats = seen.stats()
+    assert stats.get("last_failed_dev") == device, stats
+    assert stats.get("last_failed_errno") == errno, stats
+    assert stats.get("last_failed_step") == step, stats
+
+
+# ------------------------------------------------------------ suspend-to-RAM
+
+@pytest.mark.parametrize("callback,expected", [
+    ("suspend", ["prepare", "suspend", "complete"]),
+    ("suspend_late", ["prepare", "suspend", "suspend_late", "resume", "complete"]),
+    ("suspend_noirq", ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume_early",
+                       "resume", "complete"]),
+])
+def test_suspend_side_failure_unwinds(campaign, callback, expected):
+    seen = campaign("mem", [("fault", f"{DEV} {callback} {EIO} 1")], expect="fail")
+    assert seen.record["verdict"] == "fail", seen.explain()
+    assert_rules_hold(seen)
+    assert seen.callbacks(DEV) == expected
+    assert (callback, "suspend", EIO) in seen.sequence(DEV)
+    assert_stats(seen, callback)
+    # devices never suspended got only ->complete; the rest resumed
+    assert seen.callbacks("pmtest_full.0")[-1] == "complete"
+
+
+def test_prepare_eagain_is_retried(campaign):
+    seen = campaign("mem", [("fault", f"{DEV} prepare -11 2")])
+    assert seen.record["verdict"] == "pass", seen.explain()
+    assert_rules_hold(seen)
+    assert seen.sequence(DEV)[:3] == [("prepare", "suspend", -11)] * 2 + [("prepare", "suspend", 0)]
+    assert seen.callbacks(DEV)[3:] == ["suspend", "suspend_late", "suspend_noirq", "resume_noirq",
+                                       "resume_early", "resume", "complete"]
+
+
+def test_child_registered_during_prepare_re_prepares_parent(campaign):
+    seen = campaign("mem", [("child", "pmtest_full.1 prepare")])
+    assert seen.record["verdict"] == "pass", seen.explain()
+    assert_rules_hold(seen)
+    registered = [c.device for c in seen.calls if c.callback == "register"]
+    assert len(registered) == 1
+    assert seen.callbacks("pmtest_full.1")[:3] == ["prepare", "complete", "prepare"]
+    assert seen.callbacks(registered[0]) == ["register", "prepare", "suspend", "suspend_late",
+                                             "suspend_noirq", "resume_noirq", "resume_early",
+                                             "resume", "complete"]
+
+
+def test_child_registered_during_suspend_is_skipped_with_a_warning(campaign):
+    seen = campaign("mem", [("child", "pmtest_full.2 suspend")])
+    assert_rules_hold(seen)
+    registered = [c.device for c in seen.calls if c.callback == "register"]
+    assert len(registered) == 1
+    assert seen.callbacks(registered[0]) == ["register"]
+    assert any("parent pmtest_full.2 should not be sleeping" in line
+               for line in seen.record["evidence"]), "no 6.1 warning on the console"
+
+
+# ------------------------------------------------------------ hibernation
+
+def resume_events(seen, calls=None):
+    return {c.event for c in (calls or seen.calls)
+            if oracle.rules.side_of(c.callback, c.event)[0] in ("resume", "complete")}
+
+
+@pytest.mark.parametrize("callback", ["freeze", "freeze_late", "freeze_noirq"])
+def test_failed_image_creation_recovers(campaign, callback):
+    seen = campaign("disk", [("fault", f"{DEV} {callback} {EIO} 1")], expect="fail")
+    assert seen.record["verdict"] == "fail", seen.explain()
+    assert_rules_hold(seen)
+    assert resume_events(seen) == {"recover"}, seen.explain()
+    assert (callback, "freeze", EIO) in seen.sequence(DEV)
+    # frozen before the failure (children first): the full driver gets
+    # ->recover*, compat falls back to ->thaw*
+    assert "recover" in seen.callbacks("pmtest_full.4")
+    assert "thaw" in seen.callbacks("pmtest_compat.0")
+    assert seen.callbacks(DEV)[-1] == "complete"
+
+
+def test_poweroff_failure_still_powers_off_and_restores(campaign):
+    # 6.1 power_down(): a failed platform entry falls through to power-off,
+    # so the image written before is restored; the failure is on the console.
+    seen = campaign("disk", [("fault", f"{DEV} poweroff {EIO} 1")], expect="fail")
+    assert_rules_hold(seen)
+    assert any(re.search(rf"{DEV}: .*poweroff.* returns {EIO}", line)
+               for line in seen.record["evidence"]), seen.explain()
+    assert seen.record["proof"].get("boot_id_kept"), seen.explain()
+
+
+def test_restore_failure_in_boot_kernel_recovers_and_boot_continues(campaign):
+    seen = campaign("disk", [("boot", f"pmtest.fault={DEV}:quiesce_late:{EIO}:1")], expect="fail")
+    assert len(seen.console_kernels) == 1, seen.explain()
+    boot = seen.console_kernels[0]
+    assert oracle.judge(boot, oracle.pmtest_parents(boot)) == []
+    assert seen.callbacks(DEV, boot) == ["prepare", "quiesce", "quiesce_late", "recover", "complete"]
+    # quiesced late before the failure (children first): recovered from there
+    assert seen.callbacks("pmtest_full.4", boot) == ["prepare", "quiesce", "quiesce_late",
+                                                     "recover_early", "recover", "complete"]
+    # not reached by the late phase: recovered at level 1 only
+    assert seen.callbacks("pmtest_full.0", boot) == ["prepare", "quiesce", "recover", "complete"]
+    assert seen.callbacks(COMPAT, boot)[-3:] == ["thaw_early", "thaw", "complete"]
+    assert resume_events(seen, boot) == {"recover"}
+    assert any("pmlab-init: no hibernation image" in line for line in seen.record["evidence"]), \
+        "the boot did not continue"
+
+
+def test_edu_device_state_survives_s3_and_s4(campaign):
+    def edu_state():
+        guest = campaign.session.guest
+        reply = guest.agent.wait(guest.agent.send("cat /sys/kernel/debug/pmtest/edu_state"), 30)
+        found = re.search(r"verified (\d+) mismatches (\d+)", reply.output)
+        assert found, reply.output
+        return int(found[1]), int(found[2])
+
+    campaign.session.close()  # a fresh guest: earlier cases left faults behind
+    for mode in ("mem", "disk"):
+        seen = campaign(mode)
+        assert seen.record["verdict"] == "pass", seen.explain()
+        verified, mismatches = edu_state()
+        assert mismatches == 0
+        seen = campaign(mode)
+        assert seen.record["verdict"] == "pass", seen.explain()
+        assert edu_state() == (verified + 1, 0), mode
