@@ -45,6 +45,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "guest: boots real QEMU guests through libvirt (slow)")
+    config.addinivalue_line("markers", "browser: drives headless Chromium (dashboard page)")
     if hasattr(config, "workerinput"):
         config.pmlab_run_id = config.workerinput["pmlab_run_id"]
     else:
