@@ -139,7 +139,7 @@ class Agent:
     # the whole reply then arrives). So when a reply is half in and no byte has
     # come for STALL_SECONDS, the host sends a no-op command; `pokes` counts it
     # and the cycle record shows it.
-    STALL_SECONDS = 3.0
+    STALL_SECONDS = 0.5
 
     def wait(self, request_id, timeout, abort=None):
         """The reply to `request_id`, or AgentTimeout. `abort()` returning true
