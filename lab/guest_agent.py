@@ -135,8 +135,9 @@ class Agent:
     # busy) QEMU throttles the virtio-serial port and, rarely (~1 in 100 large
     # replies on 2 parallel guests, also with no sleep cycle involved), never
     # resumes: the guest has written everything and idles, part of it never
-    # reaches the host. Any new traffic on the channel restarts it (measured:
-    # the whole reply then arrives). So when a reply is half in and no byte has
+    # reaches the host. A new write by the guest restarts it (measured: the
+    # whole reply then arrives); host-to-guest traffic alone does not. So when
+    # a reply is half in and no byte has
     # come for STALL_SECONDS, the host sends a no-op command; `pokes` counts it
     # and the cycle record shows it.
     STALL_SECONDS = 0.5
