@@ -11,6 +11,8 @@ Stages (wall time of each printed as it ends, and a table at the end):
   initramfs  lab/build-initramfs; "auto" skips it when initramfs.cpio.gz is
              newer than guest/* and the artifacts' modules.
   smoke      lab.run: a few cycles of each mode, one guest (booted once).
+  campaign   pytest/test_fault_campaign.py in real guests (--no-campaign
+             skips it); a failing case is a regression.
   junit      <run dir>/junit.xml (and --junit PATH): one testcase per cycle.
   dashboard  dashboards.compute over this and the earlier runs of this
              pipeline -> <run dir>/dashboard.json, then dashboards.render ->
@@ -149,6 +151,8 @@ def parse_args(argv):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--smoke", default=DEFAULT_SMOKE, help="MODE=COUNT,... (default %(default)s)")
+    parser.add_argument("--no-campaign", dest="campaign", action="store_false",
+                        help="skip the fault campaign stage")
     parser.add_argument("--results", default=os.path.join(REPO, "results"))
     parser.add_argument("--run-id")
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
@@ -242,6 +246,24 @@ def main(argv=None):
         result, exit_code = "smoke could not start (lab.run exit 2)", 2
         return finish()
 
+    campaign_failed = None
+    if args.campaign:
+        with stages.stage("campaign") as entry:
+            # The fault campaign (pytest/test_fault_campaign.py): every
+            # failure path in real guests, judged by the oracle.  Any
+            # failing case is a regression of this commit.
+            xml = os.path.join(run_dir, "campaign.xml")
+            argv = [PYTHON, "-m", "pytest", os.path.join(REPO, "pytest", "test_fault_campaign.py"),
+                    "-p", "no:cacheprovider", "-q", "--lab-results", args.results,
+                    "--junitxml", xml]
+            if args.uri is not None:
+                argv += ["--uri", args.uri]
+            code = run(argv, prefix="campaign")
+            entry["note"] = f"pytest exit {code}"
+            if code != 0:
+                entry["status"] = "failed"
+                campaign_failed = f"fault campaign failed (pytest exit {code}, {xml})"
+
     with stages.stage("junit") as entry:
         path = os.path.join(run_dir, "junit.xml")
         tree = junit_mod.write(records, run_id, path)
@@ -283,6 +305,9 @@ def main(argv=None):
             f": {len(findings)} regression(s)"
         if findings:
             entry["status"] = "failed"
+    if campaign_failed:
+        findings.append({"kind": "campaign", "detail": campaign_failed})
+        log(PROG, f"regression: {campaign_failed}")
     if findings:
         result, exit_code = "regression", 1
     return finish()
