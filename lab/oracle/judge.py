@@ -148,8 +148,13 @@ class _Transition:
                 self.flag("callback", call, f"{call.driver} ran {call.callback} where the core "
                           f"ran {core}: the rules give it {wanted}")
 
+    def _child_not_reprepared(self, call, child):
+        self.flag("child-prepare", call, f"child {child} was registered during ->prepare, "
+                  f"but the device was not completed and prepared again")
+
     def _device(self, calls, registered_during):
-        prepared = completed = retry_pending = may_prepare_again = False
+        prepared = completed = may_prepare_again = False
+        retry_child = None  # registered during this device's last ->prepare
         reached, resumed, failed_at = [], [], None
         suspend_started = False
         legacy = calls[0].driver == "pmtest_legacy"
@@ -166,7 +171,7 @@ class _Transition:
                 may_prepare_again = False
                 if call.ret == 0:
                     prepared, completed = True, False
-                    retry_pending = call.index in registered_during
+                    retry_child = registered_during.get(call.index)
                 elif call.ret != rules.EAGAIN:
                     failed_at = 0
             elif side == "complete":
@@ -174,21 +179,18 @@ class _Transition:
                     self.flag("complete", call, "->complete without a successful ->prepare")
                     continue
                 prepared, completed = False, True
-                if ("retry" in call.tags or retry_pending) and not suspend_started:
+                if ("retry" in call.tags or retry_child) and not suspend_started:
                     call.tags.add("retry")
-                    retry_pending, may_prepare_again = False, True
+                    retry_child, may_prepare_again = None, True
                     continue
                 if call.source == "pmtest" and resumed != list(reversed(reached)):
                     self.flag("mirror", call, f"resume levels {resumed} do not mirror the "
                               f"suspend levels {reached} before ->complete")
             elif side == "suspend":
                 suspend_started = True
-                if retry_pending:
-                    child = next(v for k, v in registered_during.items() if k in
-                                 [c.index for c in calls])
-                    self.flag("child-prepare", call, f"child {child} was registered during "
-                              f"->prepare, but the device was not completed and prepared again")
-                    retry_pending = False
+                if retry_child:
+                    self._child_not_reprepared(call, retry_child)
+                    retry_child = None
                 if not prepared and not legacy and call.source == "pmtest":
                     self.flag("prepare", call, f"{call.callback} without a successful ->prepare")
                 if failed_at is not None:
@@ -221,9 +223,8 @@ class _Transition:
                 elif resumed and level >= resumed[-1]:
                     self.flag("level", call, f"{call.callback} after resume level {resumed[-1]}")
                 resumed.append(level)
-        if retry_pending:
-            self.flag("child-prepare", calls[-1], "child registered during ->prepare, but the "
-                      "device was not completed and prepared again")
+        if retry_child:
+            self._child_not_reprepared(calls[-1], retry_child)
         if prepared and not (self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
             self.flag("complete", calls[-1], f"no ->complete after ->prepare in a {self.event} "
                       f"transition")
