@@ -195,12 +195,17 @@ def main(argv=None):
         log(PROG, f"{result}: exit {exit_code}; results {run_dir}")
         return exit_code
 
-    with stages.stage("build") as entry:
-        current, why = kernel_current(artifacts)
+    def skipped(entry, current, why):
+        """Skip a build stage for --build never, or auto with current output."""
         if args.build == "never" or (args.build == "auto" and current):
             entry["status"], entry["note"] = "skipped", why if args.build == "auto" else \
                 f"--build never ({'current' if current else 'STALE'}: {why})"
-        else:
+            return True
+        return False
+
+    with stages.stage("build") as entry:
+        current, why = kernel_current(artifacts)
+        if not skipped(entry, current, why):
             log(PROG, f"building the kernel ({why})")
             with build_lock(PROG):
                 code = run([os.path.join(REPO, "kernel", "build")], prefix="build")
@@ -213,11 +218,7 @@ def main(argv=None):
     log(PROG, write_run_manifest(run_dir, artifacts, run_id))
 
     with stages.stage("initramfs") as entry:
-        current, why = initramfs_current(artifacts)
-        if args.build == "never" or (args.build == "auto" and current):
-            entry["status"], entry["note"] = "skipped", why if args.build == "auto" else \
-                f"--build never ({'current' if current else 'STALE'}: {why})"
-        else:
+        if not skipped(entry, *initramfs_current(artifacts)):
             code = run([os.path.join(REPO, "lab", "build-initramfs")], prefix="initramfs")
             if code:
                 entry["status"], entry["note"] = "failed", f"lab/build-initramfs exit {code}"
