@@ -104,13 +104,12 @@ class _Transition:
             return self.violations
         undo = (rules.UNDO_AFTER_FAILURE if self.failed else rules.UNDO_AFTER_SUCCESS)[self.event]
         self._events(undo)
-        devices = []
+        by_device = {}  # in order of first call; one pass (a trace has ~700 devices)
         for call in self.calls:
-            if call.device not in devices:
-                devices.append(call.device)
+            by_device.setdefault(call.device, []).append(call)
         registered_during = self._registered_during()
-        for device in devices:
-            self._device([c for c in self.calls if c.device == device], registered_during)
+        for calls in by_device.values():
+            self._device(calls, registered_during)
         self._order(parents)
         return self.violations
 
