@@ -29,11 +29,13 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+import libvirt
+
 from lab import console, guest_report, pmtest_log, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
-from lab.records import iso
+from lab.records import iso, results_write_error
 
 RTC_WAKE_SECONDS = 2
 # guest/init prints this when the swap disk held no image: the boot was fresh,
@@ -121,7 +123,12 @@ class Cycle:
         return reply
 
     def not_running(self):
-        return not self.guest.running()
+        """The guest cannot answer any more: its domain is gone or its kernel
+        panicked (ends every wait early; run_cycle says which)."""
+        return self.panic() is not None or not self.guest.running()
+
+    def panic(self):
+        return self.guest.console.panic_since(self.console_mark)
 
     # ------------------------------------------------------------ the modes
 
@@ -327,6 +334,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
         lab_error = error
 
     ended = time.time()
+    cycle.note("ended")
     events = guest.events.since(cycle.event_mark)
     all_lines = guest.console.lines(cycle.console_mark)
     evidence = console.cycle_lines(all_lines, number) or all_lines[-80:]
@@ -334,18 +342,40 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
                   timeline=cycle.timeline, guest_usable=True, token=cycle.token,
                   channel_pokes=guest.agent.pokes - cycle.pokes_before,
                   libvirt_events=[[round(t, 3), kind, detail] for t, kind, detail in events])
+    if hang is not None or lab_error is not None:
+        # Why the guest stopped answering decides whose failure it is.
+        panic = cycle.panic()
+        lost = guest.connection.lost or (None if guest.connection.alive() else "connection not alive")
+        died = next((detail for _, kind, detail in events if kind == "stopped" and detail in QEMU_DIED), None)
+        if panic is not None:
+            guest.destroy()
+            record.update(verdict="fail", phase=hang.phase if hang else "lab",
+                          reason=f"kernel panic: {console.strip_timestamp(panic)}", guest_usable=False,
+                          problems=console.problems(evidence))
+            hang = lab_error = None
+        elif lost:
+            record.update(verdict="error", phase="lab", guest_usable=False,
+                          reason=f"libvirt connection to {guest.connection.uri} lost ({lost}) "
+                                 f"during phase {hang.phase if hang else 'lab'}")
+            hang = lab_error = None
+        elif died is not None:
+            record.update(verdict="error", phase="lab", guest_usable=False,
+                          reason=f"QEMU exited during phase {hang.phase if hang else 'lab'} "
+                                 f"(libvirt: stopped, {QEMU_DIED[died]})")
+            guest.destroy()
+            hang = lab_error = None
     if hang is not None:
         dump_path = rundir.file(f"hang-cycle{number}-{guest.name}.txt")
         agent_state = guest.agent.pending()
-        with open(dump_path, "w") as dump:
-            dump.write(f"cycle {number} ({mode.name}) hung in phase {hang.phase}: {hang.detail}\n\n")
-            dump.write(f"## agent channel on the host: {agent_state}\n")
-            if guest.running():
-                dump.write(guest.qemu_state() + "\n")
-                # The guest kernel's own view: blocked tasks, then all tasks.
-                dump.write("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")) + "\n")
-            dump.write("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)) + "\n")
+        dump = [f"cycle {number} ({mode.name}) hung in phase {hang.phase}: {hang.detail}\n",
+                f"## agent channel on the host: {agent_state}"]
+        if guest.running():
+            dump.append(guest.qemu_state())
+            # The guest kernel's own view: blocked tasks, then all tasks.
+            dump.append("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")))
+        dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
+        write_text(dump_path, "\n".join(dump) + "\n")
         record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
                       hang_dump=os.path.relpath(dump_path, rundir.path), guest_usable=False,
                       problems=console.problems(evidence))
@@ -353,12 +383,10 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
         guest.destroy()
         record.update(verdict="error", phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
                       guest_usable=False)
-    else:
+    elif "verdict" not in record:
         if reply is not None:  # the full report (whole trace buffer) stays next to the record
-            os.makedirs(rundir.file("reports"), exist_ok=True)
             report_path = rundir.file("reports", f"cycle{number}.txt.gz")
-            with gzip.open(report_path, "wt", compresslevel=1) as out:  # level 9 costs 15 ms a cycle
-                out.write(reply.output)
+            write_text(report_path, reply.output, compress=True)
             record["report"] = os.path.relpath(report_path, rundir.path)
         record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
                             events, evidence, cycle.timeline, cycle.token, guest.boot_id))
@@ -371,8 +399,61 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
     record["evidence"] = evidence
+    if guest.console.file_error:
+        record["console_file_error"] = guest.console.file_error
+    cycle.note("judged")
+    record["host_phases"] = host_phases(started, cycle.timeline)
+    record["harness_rss_kib"] = rss_kib()
     rundir.append(record)
     return record
+
+
+# libvirt's STOPPED details that mean QEMU went away by itself (a hibernating
+# guest's power-off is VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN).
+QEMU_DIED = {libvirt.VIR_DOMAIN_EVENT_STOPPED_FAILED: "failed: the QEMU process was killed or crashed",
+             libvirt.VIR_DOMAIN_EVENT_STOPPED_CRASHED: "crashed"}
+
+
+def host_phases(started, timeline):
+    """Seconds between consecutive host steps, e.g. {"sent-pmsuspend": 0.29}:
+    where a cycle's wall time goes ("start" is the record's host_start,
+    "ended" the wait's end, "judged" the verdict, oracle included)."""
+    phases, previous, last = {}, "start", started
+    for step, when in timeline:
+        key = f"{previous}-{step}"
+        phases[key] = round(phases.get(key, 0) + when - last, 3)
+        previous, last = step, when
+    return phases
+
+
+def rss_kib():
+    """This process's resident set (KiB): the soak checks it stays flat."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def write_text(path, text, compress=False):
+    """Write a cycle's side file whole or not at all (ResultsWriteError)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if compress:
+            with gzip.open(path, "wt", compresslevel=1) as out:  # level 9 costs 15 ms a cycle
+                out.write(text)
+        else:
+            with open(path, "w") as out:
+                out.write(text)
+    except OSError as error:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise results_write_error(path, error) from None
 
 
 def watchdogs_from(text_items):

@@ -34,6 +34,8 @@ class ConsoleCapture:
         self._lines = []
         self._partial = b""
         self._cond = threading.Condition()
+        self._panics = []  # (line index, line) of "Kernel panic - not syncing"
+        self.file_error = None  # the console file stopped taking data (disk full)
 
     def attach(self, stream):
         threading.Thread(target=self._read, args=(stream,), name="console-reader", daemon=True).start()
@@ -46,19 +48,31 @@ class ConsoleCapture:
                 data = b""
             if not isinstance(data, bytes) or not data:
                 return
-            self._file.write(data)
-            self._file.flush()
+            if self.file_error is None:
+                try:
+                    self._file.write(data)
+                    self._file.flush()
+                except OSError as error:  # keep reading: the cycles still need the lines
+                    self.file_error = f"{self.path}: {error.strerror or error}"
             with self._cond:
                 chunks = (self._partial + data).split(b"\n")
                 self._partial = chunks.pop()
                 now = time.time()
                 for chunk in chunks:
-                    self._lines.append((now, chunk.decode("utf-8", "replace").rstrip("\r")))
+                    line = chunk.decode("utf-8", "replace").rstrip("\r")
+                    if console_text.PANIC.search(line):
+                        self._panics.append((len(self._lines), line))
+                    self._lines.append((now, line))
                 self._cond.notify_all()
 
     def mark(self):
         with self._cond:
             return len(self._lines)
+
+    def panic_since(self, mark):
+        """The first "Kernel panic - not syncing" line after `mark`, or None."""
+        with self._cond:
+            return next((line for index, line in self._panics if index >= mark), None)
 
     def lines(self, since=0):
         with self._cond:
@@ -81,7 +95,10 @@ class ConsoleCapture:
                 self._cond.wait(min(left, 0.2))
 
     def close(self):
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:  # the last flush hit a full disk; file_error says so
+            pass
 
 
 class GuestError(Exception):
@@ -107,7 +124,7 @@ class Guest:
         self.xml = None
         self.boot_id = None
         self.boots = 0
-        self._volumes = [f"{name}-bzImage", f"{name}-initramfs", f"{name}-swap"]
+        self.volumes = [f"{name}-bzImage", f"{name}-initramfs", f"{name}-swap"]
         self.pool = None
 
     # ------------------------------------------------------------ lifecycle
@@ -115,11 +132,11 @@ class Guest:
     def boot(self, timeout=300):
         """Upload the artifacts, create the domain and wait for the agent."""
         self.pool = virt.storage_pool(self.conn)
-        kernel = virt.upload_volume(self.conn, self.pool, self._volumes[0], self.artifacts.kernel)
-        initrd = virt.upload_volume(self.conn, self.pool, self._volumes[1], self.artifacts.initrd)
-        virt.blank_volume(self.pool, self._volumes[2], SWAP_BYTES)
+        kernel = virt.upload_volume(self.conn, self.pool, self.volumes[0], self.artifacts.kernel)
+        initrd = virt.upload_volume(self.conn, self.pool, self.volumes[1], self.artifacts.initrd)
+        virt.blank_volume(self.pool, self.volumes[2], SWAP_BYTES)
         self.xml = virt.domain_xml(
-            self.name, self.profile, kernel.path(), initrd.path(), self.cmdline, self._volumes[2],
+            self.name, self.profile, kernel.path(), initrd.path(), self.cmdline, self.volumes[2],
             f"/var/log/libvirt/qemu/{self.name}-serial0.log", self.memory_mib, self.vcpus)
         flags = libvirt.VIR_DOMAIN_START_RESET_NVRAM if virt.PROFILES[self.profile]["loader"] else 0
         self._create(flags)
@@ -240,6 +257,6 @@ class Guest:
         """Destroy the domain and delete its volumes (the console file stays)."""
         self.destroy()
         if self.pool is not None:
-            virt.delete_volumes(self.pool, self._volumes)
+            virt.delete_volumes(self.pool, self.volumes)
         self.connection.forget(self.name)
         self.console.close()

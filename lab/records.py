@@ -9,6 +9,7 @@ exclusive lock. Nothing is ever rewritten in place.
 """
 
 import datetime
+import errno
 import fcntl
 import json
 import os
@@ -16,6 +17,16 @@ import statistics
 import time
 
 VERDICTS = ("pass", "fail", "hang", "error")
+
+
+class ResultsWriteError(Exception):
+    """The results directory cannot take more (disk full, read-only, gone).
+    The run must stop: a cycle that cannot be recorded must not be run."""
+
+
+def results_write_error(path, error):
+    return ResultsWriteError(f"cannot write {path}: {error.strerror or error}"
+                             + (" (results disk full)" if error.errno == errno.ENOSPC else ""))
 
 
 def new_run_id():
@@ -48,12 +59,24 @@ class RunDir:
         return os.path.join(self.path, *parts)
 
     def append(self, record):
+        """Append one record as one line. A line the disk cannot take whole
+        is cut off again (ResultsWriteError), so no half line is left."""
         line = (json.dumps(record, sort_keys=False) + "\n").encode()
-        fd = os.open(self.cycles_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.cycles_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise results_write_error(self.cycles_path, error) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, line)
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(fd)
+            except OSError as error:
+                os.ftruncate(fd, size)
+                raise results_write_error(self.cycles_path, error) from None
         finally:
             os.close(fd)
 
@@ -62,10 +85,17 @@ class RunDir:
         summary["run_id"] = self.run_id
         summary.update(extra or {})
         temporary = self.summary_path + f".{os.getpid()}"
-        with open(temporary, "w") as out:
-            json.dump(summary, out, indent=2)
-            out.write("\n")
-        os.replace(temporary, self.summary_path)
+        try:
+            with open(temporary, "w") as out:
+                json.dump(summary, out, indent=2)
+                out.write("\n")
+            os.replace(temporary, self.summary_path)
+        except OSError as error:  # the old summary.json, if any, stays whole
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise results_write_error(self.summary_path, error) from None
         return summary
 
 

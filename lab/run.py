@@ -17,8 +17,8 @@ import sys
 from lab import artifacts as artifacts_mod
 from lab import modes as modes_mod
 from lab import virt
-from lab.cycle import watchdogs_from
-from lab.records import RunDir, new_run_id
+from lab.cycle import rss_kib, watchdogs_from
+from lab.records import ResultsWriteError, RunDir, new_run_id
 from lab.session import Session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,8 +33,9 @@ def parse_injections(items):
         name, sep2, value = knob.partition("=")
         if not (sep and sep2 and number.isdigit() and name):
             raise virt.LabError(f"bad --inject '{item}': use CYCLE:KNOB=VALUE, e.g. '2:delay=* suspend 60000'")
-        if name not in ("fault", "delay", "child"):
-            raise virt.LabError(f"bad --inject '{item}': pmtest knobs are fault, delay and child")
+        if name not in ("fault", "delay", "child", "panic", "boot"):
+            raise virt.LabError(f"bad --inject '{item}': pmtest knobs are fault, delay, child and panic "
+                                "(boot: words for a hibernation restore's kernel command line)")
         out.setdefault(int(number), []).append((name, value))
     return out
 
@@ -98,12 +99,17 @@ def main(argv=None):
     except virt.LabError as error:
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
-    rundir = RunDir(args.results, args.run_id or new_run_id())
+    try:
+        rundir = RunDir(args.results, args.run_id or new_run_id())
+    except OSError as error:
+        print(f"lab.run: cannot create the run directory under {args.results}: {error}", file=sys.stderr)
+        return 2
     print(f"run {rundir.run_id}: {', '.join(f'{m.name}/{m.wake} x{n}' for m, n in plan)} "
           f"on {found.directory} ({args.profile}, {args.uri})", flush=True)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
                       args.memory, args.vcpus, connection=connection)
     number = 0
+    rss_start = rss_kib()
     try:
         for mode, count in plan:
             for _ in range(count):
@@ -112,15 +118,30 @@ def main(argv=None):
                 print(describe(record), flush=True)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+    except ResultsWriteError as error:
+        # Stop: a cycle that cannot be recorded must not run. Every line
+        # already in cycles.jsonl is whole; the cycle in flight keeps its
+        # "started" line (a rerun closes it as interrupted).
+        print(f"lab.run: stopping at cycle {number}: {error}", file=sys.stderr)
+        return 2
     finally:
         session.close()
-    summary = rundir.write_summary({"boot_seconds": session.boot_seconds,
-                                    "guests_booted": session.guests_booted})
+    try:
+        summary = rundir.write_summary({"boot_seconds": session.boot_seconds,
+                                        "guests_booted": session.guests_booted,
+                                        "libvirt_reconnects": session.reconnects,
+                                        "harness_rss_kib": {"start": rss_start, "end": rss_kib()}})
+    except ResultsWriteError as error:
+        print(f"lab.run: {error}", file=sys.stderr)
+        return 2
     print(json.dumps({k: summary[k] for k in ("cycles", "counts", "pass_rate")}))
     for name, block in summary["modes"].items():
         seconds = block["host_seconds"]
         print(f"  {name}: {block['counts']['pass']}/{block['cycles']} passed, "
               f"{seconds['mean'] if seconds else '-'} s/cycle mean")
+    rss = summary["harness_rss_kib"]
+    print(f"  harness RSS {rss['start']} KiB at start, {rss['end']} KiB at the end; "
+          f"{session.reconnects} libvirt reconnect(s)")
     print(f"results: {rundir.path}")
     return 0 if summary["counts"]["pass"] == summary["cycles"] else 1
 

@@ -5,6 +5,8 @@ the pytest fixtures (one Session per xdist worker)."""
 import os
 import time
 
+import libvirt
+
 from lab import virt
 from lab.cycle import Watchdogs, run_cycle
 from lab.guest import Guest, GuestError
@@ -28,6 +30,7 @@ class Session:
         self.connection = connection or virt.Connection(uri)
         self.guest = None
         self.guests_booted = 0
+        self.reconnects = 0
         self.boot_seconds = []
 
     def _new_guest(self):
@@ -60,6 +63,8 @@ class Session:
         if self.guest is None:
             started = time.time()
             try:
+                if not self.connection.alive():
+                    self._reconnect()
                 self.guest = self._new_guest()
             except (GuestError, Exception) as error:
                 record = {"run_id": self.rundir.run_id, "cycle": number, "status": "done",
@@ -76,9 +81,41 @@ class Session:
         meta["expected_verdict"] = expect
         record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta)
         if not record.get("guest_usable", True):
-            self.guest.close()
-            self.guest = None
+            self._drop_guest()
         return record
+
+    def _drop_guest(self):
+        guest, self.guest = self.guest, None
+        guest.close()
+        if not self.connection.alive():
+            self._reconnect(guest)
+
+    def _reconnect(self, stale=None):
+        """libvirtd went away (restart, crash): open a new connection, then
+        remove what the old one left behind. A domain libvirtd kept across
+        its restart runs unattended (nobody reads its console): destroy it."""
+        uri = self.connection.uri
+        self.connection.close()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.connection = virt.Connection(uri)
+                break
+            except virt.LabError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        self.reconnects += 1
+        if stale is None:
+            return
+        try:
+            self.connection.conn.lookupByName(stale.name).destroy()
+        except libvirt.libvirtError:
+            pass  # gone with the old daemon
+        try:
+            virt.delete_volumes(virt.storage_pool(self.connection.conn), stale.volumes)
+        except libvirt.libvirtError:
+            pass
 
     def close(self):
         if self.guest is not None:

@@ -159,6 +159,10 @@ class Connection:
         except libvirt.libvirtError as error:
             raise LabError(f"cannot connect to libvirt at {uri}: {error}") from None
         self.conn.setKeepAlive(5, 6)
+        # Set when libvirtd goes away (restart, crash): every later call on
+        # this connection fails, so the session opens a new one.
+        self.lost = None
+        self.conn.registerCloseCallback(self._on_close, None)
         self._events = {}
         self._lock = threading.Lock()
         register = self.conn.domainEventRegisterAny
@@ -178,6 +182,20 @@ class Connection:
         with self._lock:
             self._events.pop(name, None)
 
+    def _on_close(self, conn, reason, opaque):
+        self.lost = {libvirt.VIR_CONNECT_CLOSE_REASON_ERROR: "I/O error",
+                     libvirt.VIR_CONNECT_CLOSE_REASON_EOF: "libvirtd closed the connection",
+                     libvirt.VIR_CONNECT_CLOSE_REASON_KEEPALIVE: "keepalive timeout",
+                     libvirt.VIR_CONNECT_CLOSE_REASON_CLIENT: "closed by the lab"}.get(reason, f"reason {reason}")
+
+    def alive(self):
+        if self.lost:
+            return False
+        try:
+            return bool(self.conn.isAlive())
+        except libvirt.libvirtError:
+            return False
+
     def _on_lifecycle(self, conn, dom, event, detail, opaque):
         self.events(dom.name()).add(_LIFECYCLE.get(event, f"lifecycle-{event}"), detail)
 
@@ -193,7 +211,14 @@ class Connection:
                 self.conn.domainEventDeregisterAny(callback)
             except libvirt.libvirtError:
                 pass
-        self.conn.close()
+        try:
+            self.conn.unregisterCloseCallback()
+        except libvirt.libvirtError:
+            pass
+        try:
+            self.conn.close()
+        except libvirt.libvirtError:
+            pass  # already closed by the other side
 
 
 # ------------------------------------------------------------ storage pool
