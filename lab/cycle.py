@@ -119,6 +119,8 @@ class Cycle:
             if not self.guest.running():
                 raise Hang(phase, f"domain {self.guest.state()} while waiting for the guest's report") from None
             raise Hang(phase, f"no report from the guest within {timeout:.0f}s") from None
+        if self.guest.agent.first_data:  # splits the guest's work from the transfer
+            self.timeline.append(["report-started", round(self.guest.agent.first_data, 3)])
         self.note("report")
         return reply
 
@@ -404,6 +406,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     cycle.note("judged")
     record["host_phases"] = host_phases(started, cycle.timeline)
     record["harness_rss_kib"] = rss_kib()
+    record["harness_pid"] = os.getpid()
     rundir.append(record)
     return record
 

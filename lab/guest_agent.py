@@ -15,7 +15,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-HEADER = re.compile(rb"@pmlab-reply (\d+) (-?\d+) (\d+)\n")
+# Numbers have at most 18 digits: a longer run is no header (and int()
+# refuses more than 4300 digits).
+HEADER = re.compile(rb"@pmlab-reply (\d{1,18}) (-?\d{1,18}) (\d{1,18})\n")
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Agent:
         self.reader_exit = None  # why the last reader thread stopped
         self.last_data = time.monotonic()  # when bytes last arrived
         self.pokes = 0  # stalled transfers restarted (see wait())
+        self.first_data = None  # time.time() of the first bytes after the last send()
 
     def attach(self, stream):
         """Use a (new) libvirt stream; a reader thread feeds the parser."""
@@ -106,6 +109,8 @@ class Agent:
                 self.tap(data)
             with self._cond:
                 self.last_data = time.monotonic()
+                if self.first_data is None:
+                    self.first_data = time.time()
                 for reply in self._parser.feed(data):
                     if reply.id in self._discard:
                         self._discard.discard(reply.id)
@@ -123,6 +128,7 @@ class Agent:
             self._next_id += 1
             request_id = self._next_id
             stream = self._stream
+            self.first_data = None
         if stream is None:
             raise ConnectionError("agent channel is not open")
         data = f"{request_id} {command}\n".encode()
