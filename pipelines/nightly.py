@@ -54,7 +54,8 @@ class NightlyError(Exception):
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="pipelines/nightly", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", action="append", help="repeat; default mem, freeze, disk")
+    parser.add_argument("--mode", action="append",
+                        help="repeat; MODE*N weighs a mode (mem*20 --mode disk); default mem, freeze, disk")
     parser.add_argument("--max-cycles", type=int, help="cycles in the whole plan (all shards)")
     parser.add_argument("--hours", type=float, help="time budget of this invocation")
     parser.add_argument("--shard", help="i/N: run only cycles i, i+N, ... of the plan")
@@ -219,6 +220,7 @@ def main(argv=None):
     args.results = os.path.abspath(args.results)
     try:
         shard = plan_mod.parse_shard(args.shard)
+        args.mode = plan_mod.expand_modes(args.mode) if args.mode else None
         for mode in args.mode or ():
             from lab.modes import parse_mode
             parse_mode(mode)

@@ -42,6 +42,21 @@ def parse_shard(text):
     return (int(match[1]), int(match[2]))
 
 
+def expand_modes(items):
+    """--mode values to the plan's mode list: "mem*20" stands for mem given
+    20 times (a soak of mostly S3 with some hibernation: mem*20, disk)."""
+    out = []
+    for item in items:
+        name, star, weight = str(item).partition("*")
+        if not star:
+            out.append(name)
+            continue
+        if not weight.isdigit() or not 1 <= int(weight) <= 1000:
+            raise PlanError(f"bad mode weight in '{item}': use MODE*N with 1 <= N <= 1000, e.g. mem*20")
+        out += [name] * int(weight)
+    return out
+
+
 def mode_of(number, modes):
     """The plan's mode for cycle `number` (1-based): rotating rounds."""
     count = len(modes)

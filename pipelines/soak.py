@@ -1,0 +1,339 @@
+"""A soak on several guests at once, and its numbers.
+
+  pipelines/soak --guests 2 --max-cycles 2100 --mode 'mem*20' --mode disk [--run-id ID]
+  pipelines/soak --report ID      the numbers of a soak again (also of one still running)
+
+Each guest is one pipelines/nightly shard (--shard i/N, one --run-id), all
+started at once. The kernel artifacts are first copied into
+results/<run-id>/artifacts/, so every guest of the soak boots the same
+kernel even if build/out is rebuilt meanwhile. Rerunning the same command
+resumes every shard (nightly's resume). When the shards end, they are
+merged (pipelines/merge) into results/<run-id>/merged/, lab.bench measures
+the harness against raw QEMU on this machine, and the report gives:
+cycles per mode and verdict, success rate with its 95 % interval, wall time,
+cycles per hour (all guests) and S3 cycles per hour per guest, where an S3
+cycle's time goes (the records' host_phases), and the harness's resident
+memory at the first and last cycle of every lab.run process. The numbers
+also go to results/<run-id>/soak.json.
+
+Exit: 0 every cycle passed, 1 some did not, 2 bad input or setup,
+130 interrupted (rerun the same command to continue).
+"""
+
+import argparse
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipelines import plan as plan_mod  # noqa: E402
+from pipelines.common import PYTHON, REPO, hms, log, stamp, write_json  # noqa: E402
+from lab.records import read_cycles  # noqa: E402
+
+PROG = "soak"
+ARTIFACT_FILES = ("bzImage", "initramfs.cpio.gz", "manifest.json", "config", "compile.env")
+
+
+class SoakError(Exception):
+    pass
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="pipelines/soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--guests", type=int, default=2, help="guests (nightly shards) in parallel")
+    parser.add_argument("--max-cycles", type=int, help="cycles in the whole soak, all guests")
+    parser.add_argument("--hours", type=float, help="time budget of each shard")
+    parser.add_argument("--mode", action="append", help="as nightly: MODE or MODE*N (default mem*20, disk)")
+    parser.add_argument("--run-id", help="default soak-<UTC stamp>; an existing one resumes")
+    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    parser.add_argument("--artifacts", default=os.path.join(REPO, "build", "out"))
+    parser.add_argument("--chunk", type=int,
+                        help="cycles per lab.run process (default: the whole shard, one process per guest)")
+    parser.add_argument("--bench-cycles", type=int, default=20, help="lab.bench cycles at the end (0: none)")
+    parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak")
+    parser.add_argument("--watchdog", action="append", help="passed to lab.run")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- running
+
+def pin_artifacts(source, run_path):
+    """Copy the artifacts once per soak; a resumed soak keeps its copy."""
+    target = os.path.join(run_path, "artifacts")
+    if os.path.isfile(os.path.join(target, "bzImage")):
+        return target
+    missing = [name for name in ("bzImage", "initramfs.cpio.gz") if not os.path.isfile(os.path.join(source, name))]
+    if missing:
+        raise SoakError(f"{source} has no {', '.join(missing)}: run kernel/build and lab/build-initramfs first")
+    temporary = target + ".partial"
+    shutil.rmtree(temporary, ignore_errors=True)
+    os.makedirs(temporary)
+    for name in ARTIFACT_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copy2(os.path.join(source, name), temporary)
+    if os.path.isdir(os.path.join(source, "modules")):
+        shutil.copytree(os.path.join(source, "modules"), os.path.join(temporary, "modules"))
+    os.replace(temporary, target)
+    return target
+
+
+def shard_dirs(results, run_id, guests):
+    return [os.path.join(results, plan_mod.run_dir_name(run_id, (index, guests)))
+            for index in range(1, guests + 1)]
+
+
+def run_shards(args, artifacts):
+    """Start one nightly per guest, stream their output, wait for all.
+    SIGINT/SIGTERM go to every nightly (each records its cycle in flight)."""
+    per_shard = math.ceil(args.max_cycles / args.guests) if args.max_cycles else 1000
+    processes = []
+    for index in range(1, args.guests + 1):
+        argv = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", args.run_id,
+                "--shard", f"{index}/{args.guests}", "--results", args.results,
+                "--artifacts", artifacts, "--chunk", str(args.chunk or per_shard)]
+        if args.max_cycles:
+            argv += ["--max-cycles", str(args.max_cycles)]
+        if args.hours:
+            argv += ["--hours", str(args.hours)]
+        for mode in args.mode:
+            argv += ["--mode", mode]
+        for watchdog in args.watchdog or ():
+            argv += ["--watchdog", watchdog]
+        processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          errors="replace", bufsize=1, start_new_session=True))
+
+    def forward(signum, frame):
+        log(PROG, f"signal {signum}: stopping every guest after its current cycle")
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+
+    def pump(index, process):
+        for line in process.stdout:
+            sys.stdout.write(f"[g{index}] {line}")
+            sys.stdout.flush()
+
+    readers = [threading.Thread(target=pump, args=(i, p), daemon=True) for i, p in enumerate(processes, 1)]
+    for reader in readers:
+        reader.start()
+    codes = [process.wait() for process in processes]
+    for reader in readers:
+        reader.join(5)
+    return codes
+
+
+def merge_shards(args):
+    from pipelines.merge import merge
+    out = os.path.join(args.results, args.run_id, "merged")
+    shutil.rmtree(out, ignore_errors=True)
+    present = [d for d in shard_dirs(args.results, args.run_id, args.guests)
+               if os.path.isfile(os.path.join(d, "cycles.jsonl"))]
+    if not present:
+        raise SoakError(f"no shard of {args.run_id} recorded any cycle")
+    merge(out, present, args.run_id)
+    return out
+
+
+BENCH_RATIO = re.compile(r"ratio harness/raw\s*:\s*([0-9.]+)")
+
+
+def run_bench(artifacts, cycles, results):
+    """lab.bench on the soak's kernel: (ratio or None, its output lines)."""
+    done = subprocess.run([PYTHON, "-m", "lab.bench", "--cycles", str(cycles), "--artifacts", artifacts,
+                           "--results", results], cwd=REPO, capture_output=True, text=True)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    match = BENCH_RATIO.search(done.stdout)
+    return (float(match[1]) if match else None), lines
+
+
+# ---------------------------------------------------------------- numbers
+
+def _wilson(passed, total, z=1.96):
+    if not total:
+        return None
+    p = passed / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return [round(centre - half, 4), round(centre + half, 4)]
+
+
+def _epoch(iso_text):
+    import datetime
+    return datetime.datetime.fromisoformat(iso_text).timestamp()
+
+
+def cycle_wall(record):
+    """Seconds from the cycle's start to its record (judging included)."""
+    phases = record.get("host_phases")
+    if isinstance(phases, dict) and phases:
+        return sum(v for v in phases.values() if isinstance(v, (int, float)))
+    return record.get("host_seconds")
+
+
+def numbers(records, shards_records):
+    """The soak's numbers from its merged records and each shard's records."""
+    out = {"cycles": len(records), "modes": {}, "failed": []}
+    for mode in sorted({r["mode"] for r in records}):
+        group = [r for r in records if r["mode"] == mode]
+        verdicts = {}
+        for record in group:
+            verdict = record.get("verdict") if record.get("status") == "done" else "unfinished"
+            verdicts[verdict] = verdicts.get(verdict, 0) + 1
+        walls = [w for w in (cycle_wall(r) for r in group if r.get("verdict") == "pass") if w]
+        phases = {}
+        for record in group:
+            if record.get("verdict") == "pass":
+                for key, value in (record.get("host_phases") or {}).items():
+                    phases.setdefault(key, []).append(value)
+        passed = verdicts.get("pass", 0)
+        out["modes"][mode] = {
+            "cycles": len(group), "verdicts": verdicts, "success_rate": round(passed / len(group), 4),
+            "success_rate_95": _wilson(passed, len(group)),
+            "mean_cycle_seconds": round(statistics.mean(walls), 3) if walls else None,
+            "cycles_per_hour_per_guest": round(3600 / statistics.mean(walls)) if walls else None,
+            "host_phases_mean": {k: round(statistics.mean(v), 3) for k, v in phases.items()},
+        }
+    passed = sum(1 for r in records if r.get("verdict") == "pass" and r.get("status") == "done")
+    out["success_rate"] = round(passed / len(records), 4) if records else None
+    out["success_rate_95"] = _wilson(passed, len(records))
+    out["failed"] = [{k: r.get(k) for k in ("cycle", "mode", "verdict", "phase", "reason")}
+                     for r in records if r.get("verdict") != "pass"]
+    starts = [_epoch(r["host_start"]) for r in records if r.get("host_start")]
+    ends = [_epoch(r["host_end"]) for r in records if r.get("host_end")]
+    if starts and ends:
+        wall = max(ends) - min(starts)
+        out["wall_seconds"] = round(wall)
+        out["cycles_per_hour"] = round(len(records) * 3600 / wall) if wall > 0 else None
+    rss = []
+    for index, shard in enumerate(shards_records, 1):
+        by_pid = {}
+        for record in shard:
+            if record.get("harness_pid") and record.get("harness_rss_kib"):
+                by_pid.setdefault(record["harness_pid"], []).append(record)
+        for pid, group in by_pid.items():
+            values = [r["harness_rss_kib"] for r in group]
+            rss.append({"guest": index, "pid": pid, "cycles": len(group), "first_kib": values[0],
+                        "last_kib": values[-1], "max_kib": max(values),
+                        "first_cycle": group[0]["cycle"], "last_cycle": group[-1]["cycle"]})
+    out["harness_rss"] = rss
+    return out
+
+
+def report_lines(run_id, result, command=None):
+    lines = [f"soak {run_id}" + (f": {command}" if command else "")]
+    lines.append(f"  {result['cycles']} cycles in {hms(result.get('wall_seconds') or 0)}"
+                 f" = {result.get('cycles_per_hour')} cycles/hour on all guests; success rate "
+                 f"{result['success_rate']} (95 % {result['success_rate_95']})")
+    for mode, block in result["modes"].items():
+        lines.append(f"  {mode}: {block['cycles']} cycles {block['verdicts']}, success {block['success_rate']}"
+                     f" (95 % {block['success_rate_95']}), {block['mean_cycle_seconds']} s/cycle"
+                     f" = {block['cycles_per_hour_per_guest']} cycles/hour per guest")
+        if block["host_phases_mean"]:
+            lines.append("      where the time goes (mean s): " +
+                         ", ".join(f"{k} {v}" for k, v in block["host_phases_mean"].items()))
+    for item in result["harness_rss"]:
+        lines.append(f"  harness RSS guest {item['guest']} (lab.run pid {item['pid']}, cycles "
+                     f"{item['first_cycle']}..{item['last_cycle']}, {item['cycles']} records): "
+                     f"{item['first_kib']} KiB at the first, {item['last_kib']} KiB at the last, max {item['max_kib']}")
+    for failure in result["failed"][:20]:
+        lines.append(f"  not passed: cycle {failure['cycle']} {failure['mode']} {failure['verdict']} "
+                     f"in {failure['phase']}: {str(failure['reason'])[:160]}")
+    if result.get("bench_ratio") is not None:
+        lines.append(f"  harness/floor ratio (lab.bench, {result['bench_cycles']} cycles each side): "
+                     f"{result['bench_ratio']:.3f}")
+    return lines
+
+
+def report(args, bench=None):
+    merged = os.path.join(args.results, args.run_id, "merged")
+    records = read_cycles(os.path.join(merged, "cycles.jsonl"))
+    shards = [read_cycles(os.path.join(d, "cycles.jsonl")) for d in shard_dirs(args.results, args.run_id, args.guests)]
+    result = numbers(records, shards)
+    result.update(run_id=args.run_id, guests=args.guests, written=stamp())
+    path = os.path.join(args.results, args.run_id, "soak.json")
+    previous = {}
+    if os.path.isfile(path):
+        from pipelines.common import read_json
+        previous = read_json(path, {})
+    result["command"] = previous.get("command")
+    if bench:
+        result.update(bench_ratio=bench[0], bench_cycles=args.bench_cycles, bench_output=bench[1])
+    else:
+        for key in ("bench_ratio", "bench_cycles", "bench_output"):
+            if key in previous:
+                result[key] = previous[key]
+    write_json(path, result)
+    for line in report_lines(args.run_id, result, result.get("command")):
+        print(line, flush=True)
+    return result
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.results = os.path.abspath(args.results)
+    try:
+        if args.report:
+            args.run_id = args.report
+            found = [name for name in os.listdir(args.results) if name.startswith(f"{args.run_id}-shard")]
+            if not found:
+                raise SoakError(f"no shard directories of {args.run_id} under {args.results}")
+            args.guests = int(re.search(r"of(\d+)$", found[0])[1])
+            merge_shards(args)
+            report(args)
+            return 0
+        if args.guests < 1:
+            raise SoakError("--guests must be at least 1")
+        if not args.max_cycles and not args.hours:
+            raise SoakError("give --max-cycles N and/or --hours H")
+        args.mode = args.mode or ["mem*20", "disk"]
+        plan_mod.expand_modes(args.mode)
+        args.run_id = args.run_id or f"soak-{stamp()}"
+        run_path = os.path.join(args.results, args.run_id)
+        os.makedirs(run_path, exist_ok=True)
+        artifacts = pin_artifacts(os.path.abspath(args.artifacts), run_path)
+    except (SoakError, plan_mod.PlanError, OSError) as error:
+        print(f"soak: {error}", file=sys.stderr)
+        return 2
+    command = "pipelines/soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    soak_json = os.path.join(run_path, "soak.json")
+    if not os.path.isfile(soak_json):
+        write_json(soak_json, {"run_id": args.run_id, "command": command, "started": stamp()})
+    log(PROG, f"run {args.run_id}: {args.guests} guests, modes {', '.join(args.mode)}, "
+              f"{args.max_cycles or 'no'} max cycles, kernel {artifacts}")
+    started = time.monotonic()
+    codes = run_shards(args, artifacts)
+    log(PROG, f"shards ended with {codes} after {hms(time.monotonic() - started)}")
+    try:
+        merge_shards(args)
+    except Exception as error:
+        print(f"soak: merging the shards failed: {error}", file=sys.stderr)
+        return 2
+    bench = None
+    if args.bench_cycles > 0 and 130 not in codes:
+        log(PROG, f"lab.bench --cycles {args.bench_cycles} on the soak's kernel")
+        bench = run_bench(artifacts, args.bench_cycles, os.path.join(run_path, "bench"))
+        for line in bench[1]:
+            print(f"  bench| {line}", flush=True)
+    result = report(args, bench)
+    if 130 in codes:
+        return 130
+    if any(code == 2 for code in codes):
+        return 2
+    return 0 if result["success_rate"] == 1.0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

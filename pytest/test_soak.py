@@ -1,0 +1,63 @@
+"""pipelines/soak's bookkeeping (no guests): mode weights, the numbers a
+soak reports from its records. The soak itself runs in pipelines, not CI."""
+
+import pytest
+
+from pipelines import plan as plan_mod
+from pipelines import soak
+
+
+def test_mode_weights_expand_and_keep_the_mix_per_shard():
+    modes = plan_mod.expand_modes(["mem*20", "disk"])
+    assert modes == ["mem"] * 20 + ["disk"]
+    plan = [plan_mod.mode_of(n, modes) for n in range(1, 2101)]
+    assert plan.count("mem") == 2000 and plan.count("disk") == 100
+    for shard in ((1, 2), (2, 2)):
+        mine = [mode for number, mode in plan_mod.shard_plan(shard, modes, 2100)]
+        assert 40 <= mine.count("disk") <= 60, "both guests hibernate (58 and 42 of the 100)"
+
+
+@pytest.mark.parametrize("bad", ["mem*0", "mem*x", "mem*", "mem*1001"])
+def test_bad_mode_weights_are_refused(bad):
+    with pytest.raises(plan_mod.PlanError, match="MODE\\*N"):
+        plan_mod.expand_modes([bad])
+
+
+def _record(cycle, mode="mem", verdict="pass", start=0.0, seconds=2.0, pid=100, rss=40000, phases=None):
+    from lab.records import iso
+    return {"cycle": cycle, "mode": mode, "status": "done", "verdict": verdict, "phase": None, "reason": None,
+            "host_start": iso(1_800_000_000 + start), "host_end": iso(1_800_000_000 + start + seconds),
+            "host_seconds": seconds, "harness_pid": pid, "harness_rss_kib": rss,
+            "host_phases": phases if phases is not None else {"sent-pmsuspend": 0.2, "pmsuspend-report": seconds - 0.3,
+                                                              "ended-judged": 0.1}}
+
+
+def test_numbers_rates_walls_and_rss_per_process():
+    shard1 = [_record(1, start=0, pid=1, rss=40000), _record(3, start=3, pid=1, rss=41000),
+              _record(5, mode="disk", start=6, seconds=14, pid=1, rss=41500)]
+    shard2 = [_record(2, start=0, pid=2, rss=39000), _record(4, verdict="fail", start=3, pid=2, rss=39500)]
+    result = soak.numbers(sorted(shard1 + shard2, key=lambda r: r["cycle"]), [shard1, shard2])
+    assert result["cycles"] == 5
+    assert result["success_rate"] == 0.8
+    low, high = result["success_rate_95"]
+    assert low < 0.8 < high
+    assert result["wall_seconds"] == 20 and result["cycles_per_hour"] == 900
+    mem = result["modes"]["mem"]
+    assert mem["verdicts"] == {"pass": 3, "fail": 1}
+    assert mem["mean_cycle_seconds"] == 2.0 and mem["cycles_per_hour_per_guest"] == 1800
+    assert mem["host_phases_mean"]["ended-judged"] == 0.1
+    assert [(r["guest"], r["first_kib"], r["last_kib"], r["max_kib"]) for r in result["harness_rss"]] == \
+        [(1, 40000, 41500, 41500), (2, 39000, 39500, 39500)]
+    assert result["failed"] == [{"cycle": 4, "mode": "mem", "verdict": "fail", "phase": None, "reason": None}]
+    text = "\n".join(soak.report_lines("soak-x", result))
+    assert "900 cycles/hour" in text and "1800 cycles/hour per guest" in text and "not passed: cycle 4" in text
+
+
+def test_soak_refuses_a_soak_without_bound(tmp_path, capsys):
+    assert soak.main(["--results", str(tmp_path), "--guests", "2"]) == 2
+    assert "--max-cycles" in capsys.readouterr().err
+
+
+def test_soak_names_missing_artifacts(tmp_path, capsys):
+    assert soak.main(["--results", str(tmp_path), "--max-cycles", "4", "--artifacts", str(tmp_path / "none")]) == 2
+    assert "bzImage" in capsys.readouterr().err
