@@ -7,7 +7,7 @@
  *   pmtest_main.c     module init/exit, module parameters, debugfs root
  *   pmtest_cb.c       callback names, the common callback path, PM events
  *   pmtest_log.c      bounded callback log, debugfs "log", trace event
- *   pmtest_knobs.c    fault/delay/child knobs and the device registry
+ *   pmtest_knobs.c    fault/delay/child/panic knobs and the device registry
  *   pmtest_platform.c the pmtest_full, pmtest_compat and pmtest_legacy
  *                     platform drivers and their device trees
  *   pmtest_edu.c      PCI driver for QEMU's edu device
@@ -89,6 +89,7 @@ int pmtest_knobs_init(struct dentry *root, const char *fault,
 		      const char *delay, const char *child);
 unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb);
 bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb);
+bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb);
 int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb);
 int pmtest_dev_add(struct device *dev, bool can_parent);
 void pmtest_dev_del(struct device *dev);

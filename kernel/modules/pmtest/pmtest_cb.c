@@ -224,15 +224,20 @@ void pmtest_event_exit(void)
  * @cb: Callback.
  * @event: PM event of the callback.
  *
- * Waits for a "delay" knob (mdelay in late/early/noirq callbacks, msleep
- * elsewhere), registers a child device synchronously for a "child" knob and
- * consumes one call of a "fault" knob.
+ * Panics for a "panic" knob (what a crashing driver does, for the lab's
+ * panic handling), waits for a "delay" knob (mdelay in late/early/noirq
+ * callbacks, msleep elsewhere), registers a child device synchronously for a
+ * "child" knob and consumes one call of a "fault" knob.
  *
  * Return: the error to inject, or 0.
  */
 int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
 {
 	unsigned int ms;
+
+	if (pmtest_knob_panic(dev, cb))
+		panic("pmtest: panic knob: %s %s\n", dev_name(dev),
+		      pmtest_cb_name(cb));
 
 	ms = pmtest_knob_delay(dev, cb);
 	if (ms) {

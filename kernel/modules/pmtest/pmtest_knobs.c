@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pmtest_knobs.c - Fault, delay and child knobs; registry of pmtest devices.
+ * pmtest_knobs.c - Fault, delay, child and panic knobs; registry of pmtest
+ * devices.
  *
- * Knobs are set by writing to /sys/kernel/debug/pmtest/{fault,delay,child}
- * (fields separated by blanks) or with the module parameters of the same
- * names (records separated by ';' or ',', fields by ':'):
+ * Knobs are set by writing to /sys/kernel/debug/pmtest/{fault,delay,child,panic}
+ * (fields separated by blanks) or, but for panic, with the module parameters
+ * of the same names (records separated by ';' or ',', fields by ':'):
  *
  *   fault  <dev|*> <callback> <errno> <count>   return -errno for count calls
  *   delay  <dev|*> <callback> <ms>              wait ms in every call (0: off)
  *   child  <dev> <prepare|suspend>              register a child device in
  *                                               the next such call
+ *   panic  <dev|*> <callback>                   panic() in the next such call
  *
  * Writing "clear" to a file removes all of its knobs; reading it lists them
  * in the syntax they are written in.  Malformed input gives -EINVAL, a device
@@ -50,6 +52,7 @@ enum pmtest_knob_type {
 	PMTEST_KNOB_FAULT,
 	PMTEST_KNOB_DELAY,
 	PMTEST_KNOB_CHILD,
+	PMTEST_KNOB_PANIC,
 	PMTEST_NR_KNOB,
 };
 
@@ -86,6 +89,7 @@ static struct pmtest_knob_table pmtest_knobs[PMTEST_NR_KNOB] = {
 	[PMTEST_KNOB_FAULT] = { .name = "fault", .nfields = 4 },
 	[PMTEST_KNOB_DELAY] = { .name = "delay", .nfields = 3 },
 	[PMTEST_KNOB_CHILD] = { .name = "child", .nfields = 2 },
+	[PMTEST_KNOB_PANIC] = { .name = "panic", .nfields = 2 },
 };
 
 /**
@@ -213,16 +217,11 @@ unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
 	return ms;
 }
 
-/**
- * pmtest_knob_child - Consume a "child" knob for a callback.
- * @dev: Device whose callback runs.
- * @cb: Callback.
- *
- * Return: true if the callback must register a child device under @dev.
- */
-bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb)
+/* Consume a one-shot knob of kind @type for @dev and @cb, if there is one. */
+static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
+			     enum pmtest_cb cb)
 {
-	struct pmtest_knob_table *t = &pmtest_knobs[PMTEST_KNOB_CHILD];
+	struct pmtest_knob_table *t = &pmtest_knobs[type];
 	unsigned long flags;
 	int i;
 
@@ -233,6 +232,30 @@ bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb)
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
 
 	return i >= 0;
+}
+
+/**
+ * pmtest_knob_child - Consume a "child" knob for a callback.
+ * @dev: Device whose callback runs.
+ * @cb: Callback.
+ *
+ * Return: true if the callback must register a child device under @dev.
+ */
+bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb)
+{
+	return pmtest_knob_take(PMTEST_KNOB_CHILD, dev, cb);
+}
+
+/**
+ * pmtest_knob_panic - Consume a "panic" knob for a callback.
+ * @dev: Device whose callback runs.
+ * @cb: Callback.
+ *
+ * Return: true if the callback must panic the kernel.
+ */
+bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb)
+{
+	return pmtest_knob_take(PMTEST_KNOB_PANIC, dev, cb);
 }
 
 /**
@@ -340,6 +363,8 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 			return -EINVAL;
 		if (!strcmp(k.dev, "*"))
 			return -EINVAL;
+		break;
+	case PMTEST_KNOB_PANIC:
 		break;
 	default:
 		return -EINVAL;
