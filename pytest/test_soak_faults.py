@@ -1,0 +1,268 @@
+"""Faults a soak must survive, each injected into a real run (lab.run or
+pipelines/nightly as a child process, real guests), then the results read
+back: the harness killed, QEMU killed, a guest panic, a full results disk,
+libvirtd restarted. The guest hang is test_cycles.py's hang test.
+
+The libvirtd restart disturbs every libvirt client on the machine, so it is
+the last test of the last guest file (pytest runs files in name order) and
+the suite runs without xdist (./pmlab test).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from lab import artifacts as artifacts_mod
+
+pytestmark = pytest.mark.guest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"
+
+
+def _artifacts(config):
+    if config.getoption("--baseline"):
+        return artifacts_mod.BASELINE_DIR
+    return config.getoption("--artifacts") or artifacts_mod.DEFAULT_DIR
+
+
+@pytest.fixture
+def artifacts(request):
+    return os.path.abspath(_artifacts(request.config))
+
+
+def _start(argv, log_path):
+    """A child in its own session (so it can be killed as a group)."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    log = open(log_path, "w")
+    return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def _lines(path):
+    """Every line of a cycles.jsonl, each parsed (a line that is not whole
+    JSON fails the test: nothing may leave one behind)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as source:
+        for number, line in enumerate(source, 1):
+            assert line.endswith("\n"), f"{path}:{number}: line cut short: {line[-80:]!r}"
+            out.append(json.loads(line))
+    return out
+
+
+def _final(lines):
+    latest = {}
+    for record in lines:
+        latest[record["cycle"]] = record
+    return [latest[n] for n in sorted(latest)]
+
+
+def _wait_for(predicate, timeout, what, process=None, log_path=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        if process is not None and process.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = open(log_path).read()[-3000:] if log_path and os.path.exists(log_path) else ""
+    pytest.fail(f"{what} did not happen within {timeout}s\n{tail}", pytrace=False)
+
+
+def _started_not_done(path, number):
+    """Cycle `number` has its "started" line and no "done" line yet."""
+    lines = _lines(path)
+    started = any(r["cycle"] == number and r["status"] == "started" for r in lines)
+    done = any(r["cycle"] == number and r["status"] == "done" for r in lines)
+    return started and not done
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as source:
+            return [int(p) for p in source.read().split()]
+    except OSError:
+        return []
+
+
+def _domains(prefix):
+    done = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--name"], capture_output=True, text=True)
+    return [name for name in done.stdout.split() if name.startswith(prefix)]
+
+
+def _explain(records):
+    return "\n".join(f"cycle {r['cycle']} {r['mode']} {r.get('status')} {r.get('verdict')} "
+                     f"{r.get('phase')}: {str(r.get('reason'))[:200]}" for r in records)
+
+
+def _lab_run(results, run_id, *options):
+    return [PYTHON, "-m", "lab.run", "--results", results, "--run-id", run_id] + list(options)
+
+
+# ----------------------------------------------------------- the harness
+
+def test_harness_sigkill_mid_cycle_then_rerun_resumes(tmp_path, artifacts):
+    """nightly and its lab.run are SIGKILLed while cycle 3 runs; the same
+    command again resumes: cycles 1..5 each recorded once, cycle 3 `error`
+    (interrupted, with the reason), the others pass, the killed run's guest
+    gone (libvirt's autodestroy)."""
+    results, run_id = str(tmp_path / "results"), f"sigkill-{os.getpid()}"
+    command = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", run_id, "--results", results,
+               "--mode", "mem", "--max-cycles", "5", "--chunk", "5", "--artifacts", artifacts]
+    log = str(tmp_path / "first.log")
+    nightly = _start(command, log)
+    chunk = os.path.join(results, run_id, "chunks", f"{run_id}.c000001", "cycles.jsonl")
+    try:
+        _wait_for(lambda: _started_not_done(chunk, 3), 300, "cycle 3 starting", nightly, log)
+        time.sleep(0.5)  # inside the cycle: suspending or resuming
+        lab_run = _children(nightly.pid)
+        os.kill(nightly.pid, signal.SIGKILL)
+        for pid in lab_run:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        nightly.wait(30)
+    guest_prefix = f"pmlab-{run_id}"
+    _wait_for(lambda: not _domains(guest_prefix), 30, "libvirt destroying the killed run's guest")
+
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900,
+                           env=dict(os.environ, PYTHONPATH=REPO))
+    lines = _lines(os.path.join(results, run_id, "cycles.jsonl"))
+    records = _final(lines)
+    assert [r["cycle"] for r in records] == [1, 2, 3, 4, 5], _explain(records) + again.stdout[-2000:]
+    done = [r["cycle"] for r in lines if r["status"] == "done"]
+    assert sorted(done) == [1, 2, 3, 4, 5], f"each cycle recorded once, got done lines for {sorted(done)}"
+    interrupted = records[2]
+    assert (interrupted["verdict"], interrupted["phase"]) == ("error", "interrupted"), _explain(records)
+    assert "interrupted" in interrupted["reason"]
+    assert [r["verdict"] for r in records[:2] + records[3:]] == ["pass"] * 4, _explain(records)
+    assert again.returncode == 1, again.stdout[-2000:]  # one cycle did not pass
+    assert "resuming run" in again.stdout
+
+
+def test_qemu_killed_mid_cycle_is_recorded_and_the_run_continues(tmp_path, artifacts):
+    """QEMU SIGKILLed during cycle 2: cycle 2 is the lab's `error` naming
+    QEMU's exit (not a hang after the watchdog), cycles 3 and 4 pass in a
+    fresh guest."""
+    results, run_id = str(tmp_path / "results"), f"qemukill-{os.getpid()}"
+    log = str(tmp_path / "lab.log")
+    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "4", "--artifacts", artifacts), log)
+    path = os.path.join(results, run_id, "cycles.jsonl")
+    try:
+        _wait_for(lambda: _started_not_done(path, 2), 300, "cycle 2 starting", run, log)
+        time.sleep(0.3)
+        guest = next(r["guest"] for r in _lines(path) if r["cycle"] == 2)
+        with open(f"/run/libvirt/qemu/{guest}.pid") as pidfile:
+            os.kill(int(pidfile.read()), signal.SIGKILL)
+        code = run.wait(600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    records = _final(_lines(path))
+    assert [r["verdict"] for r in records] == ["pass", "error", "pass", "pass"], _explain(records)
+    assert records[1]["phase"] == "lab" and "QEMU exited" in records[1]["reason"], _explain(records)
+    assert records[1]["host_seconds"] < 30, "the QEMU exit was noticed at once, not by a watchdog"
+    assert records[2]["guest"] != guest
+    assert code == 1
+
+
+# ------------------------------------------------------------ the guest
+
+def test_guest_panic_is_recorded_with_console_evidence(tmp_path, artifacts):
+    """pmtest's panic knob panics the guest kernel inside ->suspend of one
+    device: the cycle fails at once (not after a watchdog) with the panic
+    line as reason and in its console evidence; the next cycle passes in a
+    fresh guest."""
+    results, run_id = str(tmp_path / "results"), f"panic-{os.getpid()}"
+    done = subprocess.run(_lab_run(results, run_id, "--mode", "mem", "--cycles", "3", "--artifacts", artifacts,
+                                   "--inject", "2:panic=pmtest_full.0 suspend"),
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    records = _final(_lines(os.path.join(results, run_id, "cycles.jsonl")))
+    assert [r["verdict"] for r in records] == ["pass", "fail", "pass"], _explain(records) + done.stdout[-2000:]
+    panicked = records[1]
+    assert panicked["reason"].startswith("kernel panic: Kernel panic - not syncing"), _explain(records)
+    assert "pmtest" in panicked["reason"], "the panic line names the knob that fired"
+    assert any("Kernel panic - not syncing" in line for line in panicked["evidence"])
+    assert panicked["host_seconds"] < 30, "the panic was noticed at once, not by a watchdog"
+    assert records[2]["guest"] != panicked["guest"]
+    assert done.returncode == 1
+
+
+# ------------------------------------------------------------- the host
+
+def test_results_disk_full_stops_with_a_clear_error_and_whole_lines(tmp_path, artifacts):
+    """The results directory on a 512 KiB tmpfs fills up after a few cycles:
+    lab.run stops with exit 2 and a message naming the file and the full
+    disk; every line in cycles.jsonl is whole JSON; the cycle that could not
+    be recorded keeps its "started" line; no guest is left running."""
+    mount = tempfile.mkdtemp(prefix="pmlab-full-", dir=str(tmp_path))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", mount], check=True)
+    try:
+        run_id = f"diskfull-{os.getpid()}"
+        done = subprocess.run(_lab_run(mount, run_id, "--mode", "mem", "--cycles", "40", "--artifacts", artifacts),
+                              cwd=REPO, capture_output=True, text=True, timeout=900,
+                              env=dict(os.environ, PYTHONPATH=REPO))
+        lines = _lines(os.path.join(mount, run_id, "cycles.jsonl"))  # asserts every line is whole
+        records = _final(lines)
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "results disk full" in done.stderr and "cannot write" in done.stderr, done.stderr
+        assert mount in done.stderr, "the error names the file"
+        assert records and records[0]["verdict"] == "pass", _explain(records)
+        assert len(records) < 40
+        assert not _domains(f"pmlab-{run_id}")
+    finally:
+        subprocess.run(["umount", "-l", mount])
+
+
+def _libvirtd_pid():
+    try:
+        with open("/run/libvirtd.pid") as pidfile:
+            return int(pidfile.read())
+    except (OSError, ValueError):
+        return None
+
+
+def test_libvirtd_restarted_mid_run_the_lab_reconnects(tmp_path, artifacts):
+    """libvirtd stopped and started again while cycle 2 runs (what a package
+    upgrade does): the cycle in flight is the lab's `error` naming the lost
+    connection, the session reconnects, later cycles pass, and no guest of the
+    run is left behind."""
+    results, run_id = str(tmp_path / "results"), f"libvirtd-{os.getpid()}"
+    log = str(tmp_path / "lab.log")
+    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "5", "--artifacts", artifacts), log)
+    path = os.path.join(results, run_id, "cycles.jsonl")
+    try:
+        _wait_for(lambda: _started_not_done(path, 2), 300, "cycle 2 starting", run, log)
+        old = _libvirtd_pid()
+        assert old, "libvirtd is not running from /run/libvirtd.pid"
+        os.kill(old, signal.SIGTERM)
+        _wait_for(lambda: not os.path.exists(f"/proc/{old}"), 30, "libvirtd exiting")
+        subprocess.run(["libvirtd", "-d"], check=True)
+        code = run.wait(600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        if not _libvirtd_pid():
+            subprocess.run(["libvirtd", "-d"])
+    records = _final(_lines(path))
+    summary = json.load(open(os.path.join(results, run_id, "summary.json")))
+    lost = [r for r in records if r["verdict"] == "error"]
+    assert lost and all("libvirt connection" in r["reason"] for r in lost), _explain(records)
+    assert len(lost) <= 2, _explain(records)
+    assert [r["verdict"] for r in records if r not in lost] == ["pass"] * (5 - len(lost)), _explain(records)
+    assert records[-1]["verdict"] == "pass"
+    assert summary["libvirt_reconnects"] >= 1
+    assert code == 1
+    assert not _domains(f"pmlab-{run_id}"), "the guest the old daemon kept was destroyed"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
