@@ -77,6 +77,20 @@ def setup(args):
     return plan, watchdogs, injections, found, connection
 
 
+def describe_plan(plan):
+    """"mem/pmwakeup x10, freeze/powerbutton x5"; a long chunk of single
+    cycles (pipelines/nightly) as totals per mode instead of one item each."""
+    items = [f"{mode.name}/{mode.wake} x{count}" for mode, count in plan]
+    if len(items) <= 12:
+        return ", ".join(items)
+    totals = {}
+    for mode, count in plan:
+        key = f"{mode.name}/{mode.wake}"
+        totals[key] = totals.get(key, 0) + count
+    return (f"{sum(totals.values())} cycles in plan order: "
+            + ", ".join(f"{key} x{count}" for key, count in totals.items()))
+
+
 def describe(record):
     text = f"cycle {record['cycle']:>3} {record['mode']}/{record['wake']}: {record['verdict'].upper()}"
     text += f" {record.get('host_seconds', 0):.2f}s"
@@ -104,8 +118,8 @@ def main(argv=None):
     except OSError as error:
         print(f"lab.run: cannot create the run directory under {args.results}: {error}", file=sys.stderr)
         return 2
-    print(f"run {rundir.run_id}: {', '.join(f'{m.name}/{m.wake} x{n}' for m, n in plan)} "
-          f"on {found.directory} ({args.profile}, {args.uri})", flush=True)
+    print(f"run {rundir.run_id}: {describe_plan(plan)} on {found.directory} ({args.profile}, {args.uri})",
+          flush=True)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
                       args.memory, args.vcpus, connection=connection)
     number = 0

@@ -34,6 +34,11 @@ class Session:
         self.boot_seconds = []
 
     def _new_guest(self):
+        if self.guests_booted == 0:
+            swept = virt.sweep_orphan_volumes(self.connection.conn, virt.storage_pool(self.connection.conn))
+            if swept:
+                print(f"lab: deleted {len(swept)} volumes of guests that no longer exist "
+                      f"(a killed run's): {', '.join(swept[:3])}{' ...' if len(swept) > 3 else ''}", flush=True)
         self.guests_booted += 1
         name = f"pmlab-{self.rundir.run_id}-{self.worker}-{self.guests_booted}"
         guest = Guest(self.connection, name, self.artifacts,

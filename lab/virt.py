@@ -8,6 +8,7 @@ libvirt host; console and agent are libvirt streams.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -279,6 +280,38 @@ def blank_volume(pool, name, size_bytes):
 def delete_volumes(pool, names):
     for name in names:
         _delete_volume(pool, name)
+
+
+VOLUME_SUFFIXES = ("-bzImage", "-initramfs", "-swap")
+_MTIME = re.compile(r"<mtime>(\d+)")
+
+
+def sweep_orphan_volumes(conn, pool, min_age=600):
+    """Delete the volumes of guests whose domain no longer exists: a harness
+    killed with SIGKILL leaves its guest's volumes behind (libvirt destroys
+    the domain, not the files). Only volumes older than `min_age` seconds
+    go: a parallel worker may be uploading a guest it has not created yet.
+    Returns the names deleted."""
+    gone = []
+    for volume in pool.listAllVolumes(0):
+        name = volume.name()
+        suffix = next((s for s in VOLUME_SUFFIXES if name.endswith(s)), None)
+        if not name.startswith("pmlab-") or suffix is None:
+            continue
+        try:
+            conn.lookupByName(name[:-len(suffix)])
+            continue  # its guest is still there
+        except libvirt.libvirtError:
+            pass
+        try:
+            mtime = _MTIME.search(volume.XMLDesc(0))
+            if mtime is None or time.time() - int(mtime[1]) < min_age:
+                continue
+            volume.delete(0)
+            gone.append(name)
+        except libvirt.libvirtError:
+            pass  # deleted meanwhile by its owner
+    return gone
 
 
 # -------------------------------------------------------------- domain XML

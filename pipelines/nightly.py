@@ -258,7 +258,7 @@ def main(argv=None):
         closed = sum(1 for r in leftovers if r.get("phase") == "interrupted") + len(unfinished)
         log(PROG, f"resuming run {run_id} after cycle {last} ({len(records)} recorded, "
                   f"{len(leftovers)} imported from an interrupted chunk, {closed} closed as interrupted)")
-    log(PROG, f"run {run_id}: modes {', '.join(modes)}, "
+    log(PROG, f"run {run_id}: modes {plan_mod.describe_modes(modes)}, "
               f"{'max ' + str(max_cycles) + ' cycles' if max_cycles else 'no cycle limit'}"
               f"{', ' + str(args.hours) + ' h' if args.hours else ''}, shard {shard[0]}/{shard[1]}, "
               f"dir {rundir.path}")

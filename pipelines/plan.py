@@ -57,6 +57,17 @@ def expand_modes(items):
     return out
 
 
+def describe_modes(modes):
+    """The inverse of expand_modes for a log line: mem x20 then disk -> "mem*20, disk"."""
+    out = []
+    for mode in modes:
+        if out and out[-1][0] == mode:
+            out[-1][1] += 1
+        else:
+            out.append([mode, 1])
+    return ", ".join(mode if count == 1 else f"{mode}*{count}" for mode, count in out)
+
+
 def mode_of(number, modes):
     """The plan's mode for cycle `number` (1-based): rotating rounds."""
     count = len(modes)

@@ -146,6 +146,16 @@ def test_harness_sigkill_mid_cycle_then_rerun_resumes(tmp_path, artifacts):
     assert [r["verdict"] for r in records[:2] + records[3:]] == ["pass"] * 4, _explain(records)
     assert again.returncode == 1, again.stdout[-2000:]  # one cycle did not pass
     assert "resuming run" in again.stdout
+    # libvirt destroyed the killed guest but not its volumes: the sweep does
+    # (each new session sweeps those older than 10 minutes).
+    from lab import virt
+    connection = virt.Connection()
+    try:
+        swept = virt.sweep_orphan_volumes(connection.conn, virt.storage_pool(connection.conn), min_age=0)
+    finally:
+        connection.close()
+    killed = f"{guest_prefix}.c000001-w0-1"
+    assert {f"{killed}-bzImage", f"{killed}-initramfs", f"{killed}-swap"} <= set(swept), swept
 
 
 def test_qemu_killed_mid_cycle_is_recorded_and_the_run_continues(tmp_path, artifacts):
