@@ -86,6 +86,9 @@ class Cycle:
         self.pokes_before = guest.agent.pokes
         self.event_mark = guest.events.mark()
         self.console_mark = guest.console.mark()
+        # Earlier cycles' lines and events are in their records already.
+        guest.events.forget_before(self.event_mark)
+        guest.console.forget_before(self.console_mark)
         self.request = None
 
     def note(self, step):

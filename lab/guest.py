@@ -26,12 +26,16 @@ SWAP_BYTES = 1 << 30
 
 class ConsoleCapture:
     """Reads the serial console stream into a local file and a line list.
-    Lines carry the host time they arrived, for waiting on a marker."""
+    Lines carry the host time they arrived, for waiting on a marker. Marks
+    are absolute line numbers; forget_before() drops what no cycle needs any
+    more, so a guest that lives for thousands of cycles costs flat memory
+    (the file keeps everything)."""
 
     def __init__(self, path):
         self.path = path
         self._file = open(path, "ab")
         self._lines = []
+        self._dropped = 0  # lines forgotten from the front of _lines
         self._partial = b""
         self._cond = threading.Condition()
         self._panics = []  # (line index, line) of "Kernel panic - not syncing"
@@ -61,13 +65,21 @@ class ConsoleCapture:
                 for chunk in chunks:
                     line = chunk.decode("utf-8", "replace").rstrip("\r")
                     if console_text.PANIC.search(line):
-                        self._panics.append((len(self._lines), line))
+                        self._panics.append((self._dropped + len(self._lines), line))
                     self._lines.append((now, line))
                 self._cond.notify_all()
 
     def mark(self):
         with self._cond:
-            return len(self._lines)
+            return self._dropped + len(self._lines)
+
+    def forget_before(self, mark):
+        """Drop the lines before `mark` from memory (not from the file)."""
+        with self._cond:
+            count = min(max(0, mark - self._dropped), len(self._lines))
+            del self._lines[:count]
+            self._dropped += count
+            self._panics = [(index, line) for index, line in self._panics if index >= mark]
 
     def panic_since(self, mark):
         """The first "Kernel panic - not syncing" line after `mark`, or None."""
@@ -76,7 +88,7 @@ class ConsoleCapture:
 
     def lines(self, since=0):
         with self._cond:
-            lines = [line for _, line in self._lines[since:]]
+            lines = [line for _, line in self._lines[max(0, since - self._dropped):]]
             if self._partial:
                 lines.append(self._partial.decode("utf-8", "replace").rstrip("\r"))
             return lines
@@ -86,7 +98,7 @@ class ConsoleCapture:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                for stamp, line in self._lines[since:]:
+                for stamp, line in self._lines[max(0, since - self._dropped):]:
                     if fragment in line:
                         return stamp, line
                 left = deadline - time.monotonic()

@@ -103,6 +103,7 @@ class DomainEvents:
 
     def __init__(self):
         self._events = []
+        self._dropped = 0  # events forgotten from the front (marks are absolute)
         self._cond = threading.Condition()
 
     def add(self, kind, detail=None):
@@ -113,11 +114,18 @@ class DomainEvents:
     def mark(self):
         """Position to count or wait from: events before it are ignored."""
         with self._cond:
-            return len(self._events)
+            return self._dropped + len(self._events)
+
+    def forget_before(self, mark):
+        """Drop the events before `mark`: a long-lived guest's list stays short."""
+        with self._cond:
+            count = min(max(0, mark - self._dropped), len(self._events))
+            del self._events[:count]
+            self._dropped += count
 
     def since(self, mark):
         with self._cond:
-            return list(self._events[mark:])
+            return list(self._events[max(0, mark - self._dropped):])
 
     def wait_for(self, mark, kinds, timeout, abort=None):
         """Wait for the first event of one of `kinds` after `mark`. Returns the
@@ -125,7 +133,7 @@ class DomainEvents:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                for event in self._events[mark:]:
+                for event in self._events[max(0, mark - self._dropped):]:
                     if event[1] in kinds:
                         return event
                 left = deadline - time.monotonic()
