@@ -41,7 +41,7 @@ if __package__ in (None, ""):
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
-from lab.records import RunDir, read_cycles, summarize  # noqa: E402
+from lab.records import ResultsWriteError, RunDir, read_cycles, summarize  # noqa: E402
 
 PROG = "nightly"
 STATE = "nightly.json"
@@ -122,9 +122,12 @@ def import_chunk(chunk_dir, rundir, run_id, now=None):
         return []
     numbers = meta["numbers"]
     imported = []
+    # An import cut short (results disk full) is repeated on the rerun: the
+    # cycles it already moved are not appended twice.
+    already = {r["cycle"] for r in read_cycles(rundir.cycles_path) if r.get("status") == "done"}
     for record in read_cycles(os.path.join(chunk_dir, "cycles.jsonl")):
         local = record["cycle"]
-        if not 1 <= local <= len(numbers):
+        if not 1 <= local <= len(numbers) or numbers[local - 1] in already:
             continue
         number = numbers[local - 1]
         record = dict(record, run_id=run_id, cycle=number)
@@ -237,7 +240,6 @@ def main(argv=None):
     except Exception as error:  # lab.virt.LabError from parse_mode
         print(f"nightly: {error}", file=sys.stderr)
         return 2
-    modes, max_cycles = state["modes"], state["max_cycles"]
     rundir = RunDir(args.results, name)
     lock = open(os.path.join(rundir.path, ".nightly.lock"), "w")
     try:
@@ -246,6 +248,16 @@ def main(argv=None):
         print(f"nightly: another nightly is running on {rundir.path}", file=sys.stderr)
         return 2
     chunks_root = os.path.join(rundir.path, "chunks")
+    try:
+        return soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard)
+    except ResultsWriteError as error:
+        log(PROG, f"stopping: {error}; free space and rerun with --run-id {run_id} to continue "
+                  "(cycles not yet moved into the run stay in its chunks/ directory)")
+        return 2
+
+
+def soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard):
+    modes, max_cycles = state["modes"], state["max_cycles"]
     leftovers = import_leftovers(chunks_root, rundir, run_id)
     records = read_cycles(rundir.cycles_path)
     last, unfinished = plan_mod.resume_point(records)

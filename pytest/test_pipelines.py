@@ -311,6 +311,21 @@ def test_import_chunk_renumbers_and_closes_interrupted(tmp_path):
     assert plan.resume_point(records)[0] == 8  # continue with cycle 11
 
 
+def test_import_chunk_again_after_a_cut_short_import_adds_no_duplicate(tmp_path):
+    """An import stopped by a full disk left cycle 2 in the run and the whole
+    chunk in place: importing again moves only what is missing."""
+    results = str(tmp_path / "results")
+    run = RunDir(results, "soak-shard2of3")
+    chunks = os.path.join(run.path, "chunks")
+    chunk = _chunk(chunks, "soak.c000002", [2, 5], ["freeze", "disk"], finished=[1, 2])
+    run.append({"run_id": "soak", "cycle": 2, "status": "done", "mode": "freeze", "verdict": "pass"})
+    imported = nightly.import_chunk(chunk, run, "soak")
+    assert [r["cycle"] for r in imported] == [5]
+    with open(run.cycles_path) as source:
+        done = [json.loads(line)["cycle"] for line in source if '"done"' in line]
+    assert sorted(done) == [2, 5]
+
+
 FAKE_LAB_RUN = r'''
 import argparse, os, sys
 sys.path.insert(0, os.environ["PMLAB_REPO"])
