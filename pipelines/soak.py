@@ -203,6 +203,8 @@ def numbers(records, shards_records):
             "cycles": len(group), "verdicts": verdicts, "success_rate": round(passed / len(group), 4),
             "success_rate_95": _wilson(passed, len(group)),
             "mean_cycle_seconds": round(statistics.mean(walls), 3) if walls else None,
+            "median_cycle_seconds": round(statistics.median(walls), 3) if walls else None,
+            "p95_cycle_seconds": round(sorted(walls)[max(0, math.ceil(0.95 * len(walls)) - 1)], 3) if walls else None,
             "cycles_per_hour_per_guest": round(3600 / statistics.mean(walls)) if walls else None,
             "host_phases_mean": {k: round(statistics.mean(v), 3) for k, v in phases.items()},
         }
@@ -239,8 +241,9 @@ def report_lines(run_id, result, command=None):
                  f"{result['success_rate']} (95 % {result['success_rate_95']})")
     for mode, block in result["modes"].items():
         lines.append(f"  {mode}: {block['cycles']} cycles {block['verdicts']}, success {block['success_rate']}"
-                     f" (95 % {block['success_rate_95']}), {block['mean_cycle_seconds']} s/cycle"
-                     f" = {block['cycles_per_hour_per_guest']} cycles/hour per guest")
+                     f" (95 % {block['success_rate_95']}), {block['mean_cycle_seconds']} s/cycle mean"
+                     f" = {block['cycles_per_hour_per_guest']} cycles/hour per guest (median "
+                     f"{block['median_cycle_seconds']} s, p95 {block['p95_cycle_seconds']} s)")
         if block["host_phases_mean"]:
             lines.append("      where the time goes (mean s): " +
                          ", ".join(f"{k} {v}" for k, v in block["host_phases_mean"].items()))
