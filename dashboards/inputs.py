@@ -73,10 +73,17 @@ def _read_json_file(path, schema, inputs):
     """A whole-file JSON document checked against a schema, or None."""
     try:
         with open(path, "rb") as source:
-            data = json.loads(source.read().decode("utf-8"))
+            text = source.read()
+        data = json.loads(text.decode("utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
+    except UnicodeDecodeError as error:
+        inputs.error(path, text.count(b"\n", 0, error.start) + 1, f"unreadable JSON: {error}")
+        return None
+    except json.JSONDecodeError as error:
+        inputs.error(path, error.lineno, f"unreadable JSON: {error.msg} (column {error.colno})")
+        return None
+    except (OSError, ValueError, RecursionError) as error:  # no position: nested too deep, a huge number
         inputs.error(path, None, f"unreadable JSON: {error}")
         return None
     problems = schemas.errors(schema, data)
@@ -256,7 +263,7 @@ def read_cycles_file(path, inputs, manifest):
                 continue
             try:
                 record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as error:
+            except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
                 cut = "" if raw.endswith(b"\n") else " (no newline: cut short)"
                 inputs.error(path, number, f"not JSON{cut}: {error}")
                 continue

@@ -14,6 +14,9 @@
 import re
 
 SECTION = re.compile(r"^=== (\w+)$")
+# A counter as sysfs prints it; a longer run of digits is a corrupted line
+# (and int() refuses more than 4300 digits).
+NUMBER = re.compile(r"-?\d{1,20}")
 
 
 def sections(text):
@@ -67,7 +70,7 @@ def suspend_stats(text):
         if "/suspend_stats/" not in path:
             continue
         name = path.rsplit("/", 1)[-1]
-        stats[name] = int(value) if re.fullmatch(r"-?\d+", value) else value
+        stats[name] = int(value) if NUMBER.fullmatch(value) else value
     return stats
 
 
@@ -75,7 +78,8 @@ def stats_delta(before, after):
     """Counters' change over the cycle, plus the last_failed_* values after it
     when the failure counters moved (otherwise they describe an older cycle)."""
     delta = {name: after[name] - before.get(name, 0)
-             for name, value in after.items() if isinstance(value, int) and not name.startswith("last_failed")}
+             for name, value in after.items() if isinstance(value, int) and isinstance(before.get(name, 0), int)
+             and not name.startswith("last_failed")}
     if any(delta.get(name, 0) for name in delta if name.startswith("fail")):
         delta.update({name: value for name, value in after.items() if name.startswith("last_failed")})
     return delta
@@ -91,7 +95,7 @@ def wakeup_sources(text):
         by_dir.setdefault(directory, {})[attribute] = value
     sources = {}
     for attributes in by_dir.values():
-        if "name" in attributes and attributes.get("event_count", "").isdigit():
+        if "name" in attributes and re.fullmatch(r"\d{1,20}", attributes.get("event_count", "")):
             sources[attributes["name"]] = int(attributes["event_count"])
     return sources
 

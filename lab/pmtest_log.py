@@ -4,9 +4,11 @@
 
 import re
 
+# Numbers are u64 / int: a longer run of digits is a corrupted line (and
+# int() refuses more than 4300 digits).
 LINE = re.compile(
-    r"pmtest: seq=(?P<seq>\d+) t=(?P<t>\d+) dev=(?P<dev>\S+) cb=(?P<cb>\S+) "
-    r"event=(?P<event>\S+) ret=(?P<ret>-?\d+)")
+    r"pmtest: seq=(?P<seq>\d{1,20}) t=(?P<t>\d{1,20}) dev=(?P<dev>\S+) cb=(?P<cb>\S+) "
+    r"event=(?P<event>\S+) ret=(?P<ret>-?\d{1,20})(?!\d)")
 
 
 def parse(text):

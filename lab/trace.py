@@ -12,15 +12,18 @@ import re
 from dataclasses import dataclass
 
 # "  sh-123     [000] d..1.   123.456789: suspend_resume: suspend_enter[3] begin"
-# The flags column is absent with some trace options; tolerate both.
+# The flags column is absent with some trace options; tolerate both. The task
+# starts at a non-blank: ".+?" after "\s*" took quadratic time on a long blank line.
 LINE = re.compile(
-    r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?:\S+\s+)?"
+    r"^\s*(?P<task>\S.*?)-(?P<pid>\d+)\s+\[(?P<cpu>\d{1,20})\]\s+(?:\S+\s+)?"
     r"(?P<ts>\d+\.\d+):\s+(?P<name>[\w:]+):\s?(?P<body>.*)$"
 )
-SUSPEND_RESUME = re.compile(r"^(?P<action>\w+)\[(?P<val>\d+)\] (?P<edge>begin|end)$")
+# Numbers taken as int have at most 20 digits: a longer run is a corrupted
+# line (and int() refuses more than 4300 digits).
+SUSPEND_RESUME = re.compile(r"^(?P<action>\w+)\[(?P<val>\d{1,20})\] (?P<edge>begin|end)$")
 CALLBACK_START = re.compile(
     r"^(?P<driver>.*?) (?P<device>\S+), parent: (?P<parent>\S+), (?P<info>.*?)\[(?P<verb>[^\]]+)\]$")
-CALLBACK_END = re.compile(r"^(?P<driver>.*?) (?P<device>\S+), err=(?P<err>-?\d+)$")
+CALLBACK_END = re.compile(r"^(?P<driver>.*?) (?P<device>\S+), err=(?P<err>-?\d{1,20})$")
 
 
 @dataclass
@@ -148,10 +151,13 @@ def phase_of(callback):
     """PM phase of a callback label from callbacks(): "noirq bus[suspend]" ->
     "suspend_noirq". 6.1 traces ->prepare and ->complete with an empty info
     ("[suspend]", "[resume]"): the direction of the verb tells them apart."""
-    match = re.match(r"^(?P<info>.*?)\s*\[(?P<verb>[^\]]+)\]$", callback)
-    if not match:
+    # String operations, not a regex: ".*?\s*\[" took quadratic time on a
+    # long label of blanks or brackets (a corrupted record).
+    body = callback[:-1] if callback.endswith("]") else ""
+    start = body.find("[", body.rfind("]") + 1)
+    if start < 0 or start == len(body) - 1:
         return callback
-    info, verb = match["info"].split(), match["verb"]
+    info, verb = body[:start].split(), body[start + 1:]
     first = info[0] if info else ""
     if first == "preparing" or (not info and verb in DOWN_VERBS):
         return "prepare"

@@ -58,7 +58,7 @@ def merge_records(shards):
 
 
 def common_run_id(records):
-    ids = sorted({r.get("run_id") for r in records if r.get("run_id")})
+    ids = sorted({r.get("run_id") for r in records if r.get("run_id") and isinstance(r.get("run_id"), str)})
     if len(ids) != 1:
         raise MergeError(f"the shards' records carry {len(ids)} run ids ({', '.join(ids) or 'none'}): "
                          "name the merged run with --run-id")

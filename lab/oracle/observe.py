@@ -17,7 +17,7 @@ from lab import trace as trace_mod
 from . import rules
 
 PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d+)$")
+PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d{1,20})$")
 
 # dpm_* phase marker -> (side, level) of the callbacks run inside it
 PHASES = {

@@ -24,9 +24,12 @@ import sys
 
 import yaml
 
-GUEST_LINE = re.compile(r"pmlab-lava: cycle (?P<cycle>\d+) verdict=(?P<verdict>PASS|FAIL) status=(?P<status>\S*) "
-                        r"success_delta=(?P<delta>-?\d+) lowlevel_resumes=(?P<lowlevel>-?\d+)")
-CASE = re.compile(r"^cycle-(\d+)$")
+# Numbers have at most 18 digits: a longer run is a corrupted line (and
+# int() refuses more than 4300 digits).
+GUEST_LINE = re.compile(r"pmlab-lava: cycle (?P<cycle>\d{1,18}) verdict=(?P<verdict>PASS|FAIL) status=(?P<status>\S*) "
+                        r"success_delta=(?P<delta>-?\d{1,18}) lowlevel_resumes=(?P<lowlevel>-?\d{1,18})(?!\d)")
+CASE = re.compile(r"^cycle-(\d{1,18})$")
+STATUS = re.compile(r"-?\d{1,18}")
 
 
 def parse_line(raw):
@@ -35,12 +38,31 @@ def parse_line(raw):
         return None
     try:
         entry = json.loads(raw)
+    except RecursionError:
+        return None
     except ValueError:
         try:
             entry = yaml.safe_load(raw)
-        except yaml.YAMLError:
+        except Exception:  # YAMLError, and what PyYAML's constructors raise on a bad !!tag
             return None
     return entry if isinstance(entry, dict) else None
+
+
+def moment(stamp):
+    """A log "dt" as a UTC datetime, or None if it is not one."""
+    try:
+        return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc)
+    except (TypeError, ValueError):
+        return None
+
+
+def seconds(duration):
+    """A result's "duration" as seconds, or None if it is not one."""
+    try:
+        value = float(duration)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if 0 <= value < 1e6 else None
 
 
 def parse_log(lines):
@@ -88,15 +110,18 @@ def records(parsed, run_id, expected=None):
             out.append(record)
             continue
         guest = found.get("guest") or {}
-        if found.get("dt"):
-            end = datetime.datetime.fromisoformat(found["dt"]).replace(tzinfo=datetime.timezone.utc)
+        end, duration = moment(found.get("dt")), seconds(found.get("duration"))
+        if end:
             record["host_end"] = end.isoformat(timespec="milliseconds")
-            if found.get("duration"):
-                start = end - datetime.timedelta(seconds=float(found["duration"]))
+            try:
+                start = end - datetime.timedelta(seconds=duration) if duration is not None else None
+            except OverflowError:  # a "dt" in the year 1
+                start = None
+            if start:
                 record["host_start"] = start.isoformat(timespec="milliseconds")
-                record["host_seconds"] = round(float(found["duration"]), 3)
+                record["host_seconds"] = round(duration, 3)
         if guest:
-            record["enter_status"] = int(guest["status"]) if guest["status"].lstrip("-").isdigit() else None
+            record["enter_status"] = int(guest["status"]) if STATUS.fullmatch(guest["status"]) else None
             record["proof"] = {"suspend_stats_success": int(guest["delta"]),
                                "lowlevel_resumes": int(guest["lowlevel"])}
         if found.get("result") == "pass":
