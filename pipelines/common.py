@@ -116,7 +116,7 @@ def read_json(path, default=None):
     try:
         with open(path) as source:
             return json.load(source)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
         return default
 
 

@@ -100,7 +100,8 @@ def merge(out_dir, shard_dirs, run_id=None):
         console = os.path.join(directory, "console")
         for name in sorted(os.listdir(console)) if os.path.isdir(console) else ():
             _copy(os.path.join(console, name), os.path.join(out_dir, "console", name))
-    manifests = [m for m in (read_json(os.path.join(d, "manifest.json")) for d, _ in shards) if m]
+    manifests = [m for m in (read_json(os.path.join(d, "manifest.json")) for d, _ in shards)
+                 if isinstance(m, dict) and m]
     if manifests:
         manifest = dict(manifests[0])
         manifest["run_id"], manifest["shard"] = run_id, None

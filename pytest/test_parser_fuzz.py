@@ -612,6 +612,16 @@ def test_merge_ignores_a_run_id_that_is_no_string():
         merge_mod.common_run_id([{"run_id": ["a"]}])
 
 
+@pytest.mark.parametrize("manifest", [b"[" * 100_000, b"[1]"], ids=["nested too deep", "not an object"])
+def test_merge_skips_an_unreadable_manifest(manifest):
+    """pipelines/common.py read_json let RecursionError out; merge took any
+    JSON for a manifest (dict([1]) raised TypeError)."""
+    with run_dir(manifest=manifest) as shard:
+        out = os.path.join(os.path.dirname(shard), "merged")
+        assert merge_mod.merge(out, [shard])["cycles"] == 6
+        assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
 # lab/records.py read_cycles skips a line that is not JSON (a line cut short)
 # but not one that is JSON of another shape, nor one nested too deep; it is
 # not this file's to change (see test_read_cycles_survives_cuts_and_shuffles
