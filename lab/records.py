@@ -101,14 +101,18 @@ class RunDir:
 
 def read_cycles(path):
     """The latest record of every cycle, in cycle order. A line cut short by a
-    crash is skipped; a cycle with only its "started" line stays "started"."""
+    crash, or one that is not a record (no integer "cycle"), is skipped; a
+    cycle with only its "started" line stays "started". The dashboard's reader
+    (dashboards/inputs.py) reports such lines with file and line number."""
     latest = {}
     try:
         with open(path, "rb") as source:
             for raw in source:
                 try:
                     record = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
+                    continue
+                if not isinstance(record, dict) or type(record.get("cycle")) is not int:
                     continue
                 latest[record["cycle"]] = record
     except FileNotFoundError:
@@ -133,8 +137,9 @@ def summarize(records):
         for record in group:
             if record.get("status") != "done":
                 counts["unfinished"] += 1
-            else:
-                counts[record["verdict"]] = counts.get(record["verdict"], 0) + 1
+            else:  # a done record without a verdict is damaged: the lab's error
+                verdict = record.get("verdict") if record.get("verdict") in VERDICTS else "error"
+                counts[verdict] += 1
         total = len(group)
         return {
             "cycles": total,
@@ -147,12 +152,12 @@ def summarize(records):
 
     summary = block(records)
     summary["modes"] = {}
-    for mode in sorted({r["mode"] for r in records}):
-        summary["modes"][mode] = block([r for r in records if r["mode"] == mode])
+    for mode in sorted({str(r.get("mode")) for r in records}):
+        summary["modes"][mode] = block([r for r in records if str(r.get("mode")) == mode])
     # A cycle made to fail on purpose (e.g. an injected hang) carries
     # expected_verdict; only cycles that did not do what was expected count here.
     summary["failed_cycles"] = [
-        {"cycle": r["cycle"], "mode": r["mode"], "verdict": r.get("verdict", "unfinished"),
+        {"cycle": r["cycle"], "mode": r.get("mode"), "verdict": r.get("verdict", "unfinished"),
          "phase": r.get("phase"), "reason": r.get("reason")}
         for r in records if r.get("verdict", "unfinished") != r.get("expected_verdict", "pass")]
     summary["expected_non_pass"] = [
