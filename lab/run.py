@@ -77,6 +77,16 @@ def setup(args):
     return plan, watchdogs, injections, found, connection
 
 
+def write_manifest(rundir, artifacts_dir):
+    """<run dir>/manifest.json: commit, kernel, QEMU/OVMF/libvirt versions, so
+    the dashboard can place the run. Best effort: it never stops a run."""
+    try:
+        from dashboards.manifest import write_manifest as write
+        write(rundir.path, artifacts_dir, None, rundir.run_id)
+    except Exception as error:
+        print(f"lab.run: manifest.json not written: {type(error).__name__}: {error}", file=sys.stderr)
+
+
 def describe_plan(plan):
     """"mem/pmwakeup x10, freeze/powerbutton x5"; a long chunk of single
     cycles (pipelines/nightly) as totals per mode instead of one item each."""
@@ -120,6 +130,7 @@ def main(argv=None):
         return 2
     print(f"run {rundir.run_id}: {describe_plan(plan)} on {found.directory} ({args.profile}, {args.uri})",
           flush=True)
+    write_manifest(rundir, found.directory)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
                       args.memory, args.vcpus, connection=connection)
     number = 0
