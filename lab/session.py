@@ -2,7 +2,6 @@
 leaves it unusable (hang, lab error, failed restore). Used by lab.run and by
 the pytest fixtures (one Session per xdist worker)."""
 
-import os
 import time
 
 import libvirt
@@ -123,6 +122,10 @@ class Session:
             pass
 
     def close(self):
+        """Destroy the guest; after a libvirtd restart, through a new
+        connection (the old daemon's domain would otherwise run on, unattended)."""
         if self.guest is not None:
-            self.guest.close()
-            self.guest = None
+            try:
+                self._drop_guest()
+            except virt.LabError:
+                pass  # libvirt is gone for good: nothing left to destroy it with

@@ -244,8 +244,14 @@ def test_libvirtd_restarted_mid_run_the_lab_reconnects(tmp_path, artifacts):
     """libvirtd stopped and started again while cycle 2 runs (what a package
     upgrade does): the cycle in flight is the lab's `error` naming the lost
     connection, the session reconnects, later cycles pass, and no guest of the
-    run is left behind."""
+    run is left behind. An idle session of this process (as pytest's own
+    guests are) still destroys its guest when it closes after the restart."""
+    from lab import modes
+    from lab.records import RunDir
+    from lab.session import Session
     results, run_id = str(tmp_path / "results"), f"libvirtd-{os.getpid()}"
+    idle = Session(artifacts_mod.find(artifacts), RunDir(results, run_id + "-idle"), worker="idle")
+    assert idle.cycle(modes.parse_mode("freeze"), 1)["verdict"] == "pass"
     log = str(tmp_path / "lab.log")
     run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "5", "--artifacts", artifacts), log)
     path = os.path.join(results, run_id, "cycles.jsonl")
@@ -271,7 +277,11 @@ def test_libvirtd_restarted_mid_run_the_lab_reconnects(tmp_path, artifacts):
     assert records[-1]["verdict"] == "pass"
     assert summary["libvirt_reconnects"] >= 1
     assert code == 1
-    assert not _domains(f"pmlab-{run_id}"), "the guest the old daemon kept was destroyed"
+    assert not _domains(f"pmlab-{run_id}-w0"), "the guest the old daemon kept was destroyed"
+    assert not idle.connection.alive()
+    idle.close()
+    assert not _domains(f"pmlab-{run_id}-idle"), "the idle session destroyed its guest through a new connection"
+    assert idle.reconnects == 1
 
 
 if __name__ == "__main__":
