@@ -1,7 +1,8 @@
 """A soak on several guests at once, and its numbers.
 
   pipelines/soak --guests 2 --max-cycles 2100 --mode 'mem*20' --mode disk [--run-id ID]
-  pipelines/soak --report ID      the numbers of a soak again (also of one still running)
+  pipelines/soak --report ID      the numbers of a soak again (also of one still running:
+                                  the cycles its lab.run processes have recorded so far)
 
 Each guest is one pipelines/nightly shard (--shard i/N, one --run-id), all
 started at once. The kernel artifacts are first copied into
@@ -36,7 +37,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines import plan as plan_mod  # noqa: E402
-from pipelines.common import PYTHON, REPO, hms, log, stamp, write_json  # noqa: E402
+from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab.records import read_cycles  # noqa: E402
 
 PROG = "soak"
@@ -211,7 +212,10 @@ def numbers(records, shards_records):
     passed = sum(1 for r in records if r.get("verdict") == "pass" and r.get("status") == "done")
     out["success_rate"] = round(passed / len(records), 4) if records else None
     out["success_rate_95"] = _wilson(passed, len(records))
-    out["failed"] = [{k: r.get(k) for k in ("cycle", "mode", "verdict", "phase", "reason")}
+    out["failed"] = [{"cycle": r["cycle"], "mode": r.get("mode"),
+                      "verdict": r.get("verdict") if r.get("status") == "done" else "unfinished",
+                      "phase": r.get("phase"),
+                      "reason": r.get("reason") if r.get("status") == "done" else "no record yet: running or interrupted"}
                      for r in records if r.get("verdict") != "pass"]
     starts = [_epoch(r["host_start"]) for r in records if r.get("host_start")]
     ends = [_epoch(r["host_end"]) for r in records if r.get("host_end")]
@@ -260,17 +264,29 @@ def report_lines(run_id, result, command=None):
     return lines
 
 
+def shard_records(shard_dir):
+    """A shard's records: its run's, plus those of a chunk still running (or
+    left by a killed run) under their plan numbers. Read only."""
+    records = {r["cycle"]: r for r in read_cycles(os.path.join(shard_dir, "cycles.jsonl"))}
+    chunks = os.path.join(shard_dir, "chunks")
+    for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else ():
+        meta = read_json(os.path.join(chunks, name, "chunk.json"))
+        if not meta:
+            continue
+        for record in read_cycles(os.path.join(chunks, name, "cycles.jsonl")):
+            if 1 <= record["cycle"] <= len(meta["numbers"]):
+                number = meta["numbers"][record["cycle"] - 1]
+                records.setdefault(number, dict(record, cycle=number))
+    return [records[n] for n in sorted(records)]
+
+
 def report(args, bench=None):
-    merged = os.path.join(args.results, args.run_id, "merged")
-    records = read_cycles(os.path.join(merged, "cycles.jsonl"))
-    shards = [read_cycles(os.path.join(d, "cycles.jsonl")) for d in shard_dirs(args.results, args.run_id, args.guests)]
+    shards = [shard_records(d) for d in shard_dirs(args.results, args.run_id, args.guests)]
+    records = sorted((r for shard in shards for r in shard), key=lambda r: r["cycle"])
     result = numbers(records, shards)
     result.update(run_id=args.run_id, guests=args.guests, written=stamp())
     path = os.path.join(args.results, args.run_id, "soak.json")
-    previous = {}
-    if os.path.isfile(path):
-        from pipelines.common import read_json
-        previous = read_json(path, {})
+    previous = read_json(path, {}) if os.path.isfile(path) else {}
     result["command"] = previous.get("command")
     if bench:
         result.update(bench_ratio=bench[0], bench_cycles=args.bench_cycles, bench_output=bench[1])
@@ -294,7 +310,6 @@ def main(argv=None):
             if not found:
                 raise SoakError(f"no shard directories of {args.run_id} under {args.results}")
             args.guests = int(re.search(r"of(\d+)$", found[0])[1])
-            merge_shards(args)
             report(args)
             return 0
         if args.guests < 1:
