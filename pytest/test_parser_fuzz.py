@@ -32,7 +32,6 @@ real LAVA job log.
 
 import contextlib
 import dataclasses
-import gzip
 import hashlib
 import io
 import json
@@ -56,8 +55,8 @@ from lab.records import read_cycles, summarize  # noqa: E402
 from dashboards import compute, inputs  # noqa: E402
 from pipelines import merge as merge_mod  # noqa: E402
 from pipelines.lava import results as lava_results  # noqa: E402
+from recordings_util import RECORDINGS, read_bytes  # noqa: E402
 
-RECORDINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recordings")
 REPORTS = sorted(name for name in os.listdir(RECORDINGS) if name.startswith("report-"))
 CONSOLES = ["console-cycles.log.gz", "console-hang.log.gz"]
 # A real run directory (pipelines/commit, 6 cycles with their "started"
@@ -76,11 +75,7 @@ def fuzz(examples):
                                            HealthCheck.large_base_example])
 
 
-def raw(name):
-    path = os.path.join(RECORDINGS, name)
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(path, "rb") as source:
-        return source.read()
+raw = read_bytes  # bytes of a recording, .gz decompressed
 
 
 def text_of(data):
