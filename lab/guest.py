@@ -6,7 +6,6 @@ start_again() brings the same guest (same disk) back so the kernel resumes
 from the image.
 """
 
-import os
 import threading
 import time
 
@@ -24,21 +23,17 @@ BASE_CMDLINE = ("console=ttyS0,115200 no_console_suspend loglevel=8 printk.devkm
 SWAP_BYTES = 1 << 30
 
 
-class ConsoleCapture:
-    """Reads the serial console stream into a local file and a line list.
-    Lines carry the host time they arrived, for waiting on a marker. Marks
-    are absolute line numbers; forget_before() drops what no cycle needs any
-    more, so a guest that lives for thousands of cycles costs flat memory
-    (the file keeps everything)."""
+class ConsoleCapture(virt.MarkedLog):
+    """Reads the serial console stream into a local file and a list of
+    (host time, line): the time a line arrived, for waiting on a marker.
+    Forgotten lines stay in the file."""
 
     def __init__(self, path):
+        super().__init__()
         self.path = path
         self._file = open(path, "ab")
-        self._lines = []
-        self._dropped = 0  # lines forgotten from the front of _lines
         self._partial = b""
-        self._cond = threading.Condition()
-        self._panics = []  # (line index, line) of "Kernel panic - not syncing"
+        self._panics = []  # (mark, line) of "Kernel panic - not syncing"
         self.file_error = None  # the console file stopped taking data (disk full)
 
     def attach(self, stream):
@@ -62,24 +57,14 @@ class ConsoleCapture:
                 chunks = (self._partial + data).split(b"\n")
                 self._partial = chunks.pop()
                 now = time.time()
-                for chunk in chunks:
-                    line = chunk.decode("utf-8", "replace").rstrip("\r")
-                    if console_text.PANIC.search(line):
-                        self._panics.append((self._dropped + len(self._lines), line))
-                    self._lines.append((now, line))
-                self._cond.notify_all()
+                lines = [(now, chunk.decode("utf-8", "replace").rstrip("\r")) for chunk in chunks]
+                first = self._dropped + len(self._entries)
+                self._panics += [(first + index, line) for index, (_, line) in enumerate(lines)
+                                 if console_text.PANIC.search(line)]
+                self._append(lines)
 
-    def mark(self):
-        with self._cond:
-            return self._dropped + len(self._lines)
-
-    def forget_before(self, mark):
-        """Drop the lines before `mark` from memory (not from the file)."""
-        with self._cond:
-            count = min(max(0, mark - self._dropped), len(self._lines))
-            del self._lines[:count]
-            self._dropped += count
-            self._panics = [(index, line) for index, line in self._panics if index >= mark]
+    def _forgot(self, mark):
+        self._panics = [(index, line) for index, line in self._panics if index >= mark]
 
     def panic_since(self, mark):
         """The first "Kernel panic - not syncing" line after `mark`, or None."""
@@ -88,23 +73,14 @@ class ConsoleCapture:
 
     def lines(self, since=0):
         with self._cond:
-            lines = [line for _, line in self._lines[max(0, since - self._dropped):]]
+            lines = [line for _, line in self._entries[max(0, since - self._dropped):]]
             if self._partial:
                 lines.append(self._partial.decode("utf-8", "replace").rstrip("\r"))
             return lines
 
     def wait_for(self, fragment, since, timeout, abort=None):
         """First line after `since` containing `fragment`: (host time, line) or None."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for stamp, line in self._lines[max(0, since - self._dropped):]:
-                    if fragment in line:
-                        return stamp, line
-                left = deadline - time.monotonic()
-                if left <= 0 or (abort and abort()):
-                    return None
-                self._cond.wait(min(left, 0.2))
+        return self.wait_first(since, lambda entry: fragment in entry[1], timeout, abort)
 
     def close(self):
         try:

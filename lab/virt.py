@@ -97,49 +97,66 @@ def _start_event_loop():
         _event_loop_started = True
 
 
-class DomainEvents:
-    """Timestamped libvirt events of one domain, and waiting for them.
-    The cycle engine counts these as the proof that the guest really slept."""
+class MarkedLog:
+    """Timestamped entries appended by a reader thread, read by position.
+    Marks are absolute: forget_before() drops what no cycle needs any more,
+    so a guest that lives for thousands of cycles costs flat memory."""
 
     def __init__(self):
-        self._events = []
-        self._dropped = 0  # events forgotten from the front (marks are absolute)
+        self._entries = []
+        self._dropped = 0  # entries forgotten from the front
         self._cond = threading.Condition()
 
-    def add(self, kind, detail=None):
-        with self._cond:
-            self._events.append((time.time(), kind, detail))
-            self._cond.notify_all()
+    def _append(self, entries):
+        """Add entries (tuples whose first item is the host time); lock held."""
+        self._entries.extend(entries)
+        self._cond.notify_all()
 
     def mark(self):
-        """Position to count or wait from: events before it are ignored."""
+        """Position to count or wait from: entries before it are ignored."""
         with self._cond:
-            return self._dropped + len(self._events)
+            return self._dropped + len(self._entries)
 
     def forget_before(self, mark):
-        """Drop the events before `mark`: a long-lived guest's list stays short."""
         with self._cond:
-            count = min(max(0, mark - self._dropped), len(self._events))
-            del self._events[:count]
+            count = min(max(0, mark - self._dropped), len(self._entries))
+            del self._entries[:count]
             self._dropped += count
+            self._forgot(mark)
+
+    def _forgot(self, mark):
+        """Subclass hook, lock held."""
 
     def since(self, mark):
         with self._cond:
-            return list(self._events[max(0, mark - self._dropped):])
+            return list(self._entries[max(0, mark - self._dropped):])
 
-    def wait_for(self, mark, kinds, timeout, abort=None):
-        """Wait for the first event of one of `kinds` after `mark`. Returns the
-        event or None on timeout; `abort()` returning true ends the wait early."""
+    def wait_first(self, mark, match, timeout, abort=None):
+        """The first entry after `mark` for which match(entry) is true, or None
+        on timeout; `abort()` returning true ends the wait early."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                for event in self._events[max(0, mark - self._dropped):]:
-                    if event[1] in kinds:
-                        return event
+                for entry in self._entries[max(0, mark - self._dropped):]:
+                    if match(entry):
+                        return entry
                 left = deadline - time.monotonic()
                 if left <= 0 or (abort and abort()):
                     return None
                 self._cond.wait(min(left, 0.2))
+
+
+class DomainEvents(MarkedLog):
+    """Timestamped libvirt events (time, kind, detail) of one domain. The
+    cycle engine counts these as the proof that the guest really slept."""
+
+    def add(self, kind, detail=None):
+        with self._cond:
+            self._append([(time.time(), kind, detail)])
+
+    def wait_for(self, mark, kinds, timeout, abort=None):
+        """The first event of one of `kinds` after `mark`, or None."""
+        return self.wait_first(mark, lambda event: event[1] in kinds, timeout, abort)
 
 
 _LIFECYCLE = {
