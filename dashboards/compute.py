@@ -16,6 +16,13 @@ Sections (dashboards/schema/dashboard.v1.json):
                from the records' callbacks field; top_p95 lists the slowest.
   timing       guest suspend_ms / resume_ms of passing cycles per mode:
                fixed histogram bins and percentiles.
+  host_time    where a cycle's host wall time goes: per mode, over passing
+               cycles with host_phases, the steps of the host timeline in
+               their usual order (mean position in the records, then name)
+               with n, mean and median seconds, and the mean / median total.
+  harness_memory
+               per run id and lab.run process (harness_pid): its resident
+               set at its first and last record (by cycle number) and the max.
   trends       builds (project commit + kernel series hash + variant) in order
                of their first cycle; per mode: pass counts per build, first
                fail, last pass, failing since.
@@ -202,6 +209,51 @@ def timing(cycles):
     return {"unit": "ms", "cycles": "pass", "bin_edges": HISTOGRAM_EDGES_MS, "modes": modes}
 
 
+def step_order(group):
+    """The steps of host_phases in their usual order: by mean position in the
+    records (the lab writes them in timeline order), then by name."""
+    positions = {}
+    for cycle in group:
+        for index, step in enumerate(cycle["host_phases"]):
+            positions.setdefault(step, []).append(index)
+    return sorted(positions, key=lambda step: (math.fsum(positions[step]) / len(positions[step]), step))
+
+
+def mean_median(values):
+    return {"n": len(values), "mean": round(math.fsum(values) / len(values), 3),
+            "median": round(statistics.median(values), 3)}
+
+
+def host_time(cycles):
+    timed = [c for c in cycles if c["verdict"] == "pass" and c["host_phases"]]
+    modes = {}
+    for mode in sorted({c["mode"] for c in timed}):
+        group = [c for c in timed if c["mode"] == mode]
+        totals = mean_median([math.fsum(c["host_phases"].values()) for c in group])
+        steps = [dict(step=step, **mean_median([c["host_phases"][step] for c in group if step in c["host_phases"]]))
+                 for step in step_order(group)]
+        modes[mode] = {"cycles": len(group), "mean_total": totals["mean"], "median_total": totals["median"],
+                       "steps": steps}
+    return {"unit": "s", "cycles": "pass", "modes": modes}
+
+
+def harness_memory(cycles):
+    processes = {}
+    for cycle in sorted(cycles, key=lambda c: (c["run_id"], c["cycle"])):
+        pid, rss = cycle["harness_pid"], cycle["harness_rss_kib"]
+        if pid is None or rss is None:
+            continue
+        entry = processes.setdefault((cycle["run_id"], pid), {"pid": pid, "cycles": 0, "first_cycle": cycle["cycle"],
+                                                              "first_kib": rss, "max_kib": rss})
+        entry["cycles"] += 1
+        entry.update(last_cycle=cycle["cycle"], last_kib=rss, max_kib=max(entry["max_kib"], rss))
+    by_run = {}
+    for (run_id, _), entry in sorted(processes.items(), key=lambda item: (item[0][0], item[1]["first_cycle"],
+                                                                           item[0][1])):
+        by_run.setdefault(run_id, []).append(entry)
+    return {"unit": "KiB", "runs": by_run}
+
+
 def trends(cycles):
     builds = {}
     for cycle in sorted(cycles, key=order_key):
@@ -301,6 +353,8 @@ def build(loaded):
         "failures": failures(cycles),
         "latency": latency(cycles),
         "timing": timing(cycles),
+        "host_time": host_time(cycles),
+        "harness_memory": harness_memory(cycles),
         "trends": trends(cycles),
         "runs": runs(cycles, loaded.manifests),
     }

@@ -5,8 +5,8 @@ Nothing here trusts its input. A line that is not JSON, not an object, or
 whose core fields (cycle, status, mode, run_id, verdict) are missing or of the
 wrong type is reported (file, line, why) and skipped; a field of the wrong
 type elsewhere is reported and dropped (a malformed device in callbacks drops
-that device only), the rest of the record is kept. Reports never stop the
-other lines or the other runs.
+that device only, a malformed step of host_phases that step only), the rest
+of the record is kept. Reports never stop the other lines or the other runs.
 
 The cycles of all inputs are merged by (run id, cycle number), the run id
 being the record's own run_id (the lab writes it on every line), so a run
@@ -17,12 +17,14 @@ a cycle left with only its "started" line is a hang ("unfinished").
 
 import datetime
 import json
+import math
 import os
 
 from dashboards import schemas
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
 PER_DEVICE = ("callbacks", "pmtest")
+PER_ENTRY = PER_DEVICE + ("host_phases",)  # a bad entry drops that entry, not the whole field
 
 
 class Inputs:
@@ -100,6 +102,18 @@ def _number(value):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _int(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _phases(value):
+    """{step: seconds} of the record's host_phases, in the record's (timeline) order."""
+    if not isinstance(value, dict):
+        return {}
+    return {step: seconds for step, seconds in value.items()
+            if _number(seconds) is not None and math.isfinite(seconds) and seconds >= 0}
+
+
 def _strings(value):
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
@@ -161,6 +175,9 @@ def normalise(record, default_run_id, manifest):
         "commit": _str(record.get("project_commit")) or _str((manifest.get("project") or {}).get("commit")),
         "series_hash": _str(kernel.get("series_hash")) or _str(manifest_kernel.get("series_hash")),
         "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
+        "host_phases": _phases(record.get("host_phases")),
+        "harness_rss_kib": _int(record.get("harness_rss_kib")),
+        "harness_pid": _int(record.get("harness_pid")),
     }
 
 
@@ -216,10 +233,21 @@ def per_device_errors(name, value):
     return errors
 
 
+def non_finite_errors(name, value):
+    """NaN and Infinity (which Python's json reads) pass the schema's
+    "number" and "minimum" (-Infinity does not); a dashboard built on them
+    would not be JSON."""
+    if not isinstance(value, dict):
+        return []
+    return [([name, key], f"{item!r} is not a finite number") for key, item in value.items()
+            if isinstance(item, float) and (math.isnan(item) or item == math.inf)]
+
+
 def record_errors(record):
     """[(path, message)] of a record against the cycle-record schema."""
     rest = {key: value for key, value in record.items() if key not in PER_DEVICE}
     found = schemas.errors(schemas.CYCLE_RECORD, rest)
+    found.extend(non_finite_errors("host_phases", record.get("host_phases")))
     for name in PER_DEVICE:
         if name in record:
             found.extend(per_device_errors(name, record[name]))
@@ -234,7 +262,7 @@ def _check(record, path, number, inputs):
         inputs.error(path, number, f"{schemas.path_text(where)}: {message}")
         if not where or where[0] in CORE:
             usable = False
-        elif where[0] in PER_DEVICE and len(where) >= 2:
+        elif where[0] in PER_ENTRY and len(where) >= 2:
             dropped.add((where[0], where[1]))
         else:
             dropped.add((where[0],))

@@ -46,6 +46,22 @@ def with_callbacks(records):
     return out
 
 
+def with_host_phases(records):
+    """Copies of records with host_phases made from their recorded host_start
+    and timeline as lab/cycle.py does (the recordings predate the field; their
+    timelines lack its last steps, "ended" and "judged")."""
+    from dashboards.inputs import epoch
+    from lab.cycle import host_phases
+
+    out = []
+    for record in records:
+        record = copy.deepcopy(record)
+        if record.get("status") == "done" and record.get("timeline") and epoch(record.get("host_start")):
+            record["host_phases"] = host_phases(epoch(record["host_start"]), record["timeline"])
+        out.append(record)
+    return out
+
+
 def compact(records):
     """The same records with callbacks as [cb, us, err] triples (the other
     shape lab/cycle.py has written)."""

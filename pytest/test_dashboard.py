@@ -1,8 +1,10 @@
 """dashboards.compute on recorded cycles and variations of them.
 
 Inputs are the 13 real records of pytest/recordings/cycles.jsonl, their
-callbacks rebuilt from the recorded guest reports (dashboards/testing.py),
-and copies of those records with one thing changed per test.
+callbacks rebuilt from the recorded guest reports and their host_phases from
+their timelines (dashboards/testing.py), copies of those records with one
+thing changed per test, and small synthetic records for host time and the
+harness's memory.
 """
 
 import copy
@@ -23,7 +25,7 @@ REPO = testing.REPO
 
 @pytest.fixture(scope="module")
 def recorded():
-    return testing.with_callbacks(testing.recorded_records())
+    return testing.with_host_phases(testing.with_callbacks(testing.recorded_records()))
 
 
 def by_cycle(records, number):
@@ -304,6 +306,155 @@ def test_suspend_resume_distribution(recorded, tmp_path):
         1 for r in recorded if r["mode"] == "mem" and r["verdict"] == "pass" and r.get("resume_ms") is not None)
 
 
+# ------------------------------------------------------------------ host time and harness memory
+
+MEM_STEPS = ["start-sent", "sent-pmsuspend", "pmsuspend-pmwakeup-sent", "pmwakeup-sent-report-started",
+             "report-started-report", "report-ended", "ended-judged"]  # a real mem cycle's, in timeline order
+DISK_STEPS = ["start-sent", "sent-stopped", "stopped-started-again", "started-again-report-started",
+              "report-started-report", "report-ended", "ended-judged"]
+
+
+def synthetic(cycle, mode="mem", verdict="pass", **fields):
+    """A done record with just what the dashboard needs, as lab/cycle.py writes it."""
+    record = {"run_id": "synthetic", "cycle": cycle, "status": "done", "mode": mode, "verdict": verdict,
+              "host_start": f"2026-12-03T15:{cycle // 60:02d}:{cycle % 60:02d}.000+00:00",
+              "phase": None if verdict == "pass" else "resume",
+              "reason": None if verdict == "pass" else "no report within 60s"}
+    record.update(fields)
+    return record
+
+
+def phases(steps, values):
+    return dict(zip(steps, values))
+
+
+def test_host_time_per_mode_in_timeline_order(tmp_path):
+    mem = [[0.001, 0.2, 0.01, 1.5, 0.01, 0.0, 0.05],
+           [0.003, 0.3, 0.02, 2.5, 0.03, 0.0, 0.07],
+           [0.002, 0.4, 0.03, 3.1, 0.02, 0.0, 0.09]]
+    records = [synthetic(n, host_phases=phases(MEM_STEPS, values)) for n, values in enumerate(mem, start=1)]
+    # no report-started step (the lab saw no early data): one step less, not a step out of place
+    short = ["start-sent", "sent-pmsuspend", "pmsuspend-pmwakeup-sent", "pmwakeup-sent-report", "report-ended",
+             "ended-judged"]
+    records.append(synthetic(4, host_phases=phases(short, [0.001, 0.3, 0.02, 2.0, 0.0, 0.06])))
+    records.append(synthetic(5, mode="disk", wake="platform",
+                             host_phases=phases(DISK_STEPS, [0.002, 5.2, 0.9, 21.7, 0.05, 0.0, 0.1])))
+    records.append(synthetic(6))                                   # an older record: no host_phases
+    records.append(synthetic(7, host_phases={}))                   # nothing timed
+    records.append(synthetic(8, verdict="fail", host_phases=phases(MEM_STEPS, [9.0] * 7)))  # not passing
+    records.append(synthetic(9, status="started", host_phases=phases(MEM_STEPS, [9.0] * 7)))  # unfinished
+    board = dashboard_of(single_run(tmp_path, records, run_id="synthetic"))
+    assert board["input_errors"] == [] and schemas.errors(schemas.DASHBOARD, board) == []
+    section = board["host_time"]
+    assert (section["unit"], section["cycles"], sorted(section["modes"])) == ("s", "pass", ["disk", "mem"])
+    block = section["modes"]["mem"]
+    assert block["cycles"] == 4
+    steps = [s["step"] for s in block["steps"]]
+    # the lab's order, not by name; the two alternatives for the 4th step (same place) by name
+    assert steps == MEM_STEPS[:3] + ["pmwakeup-sent-report"] + MEM_STEPS[3:]
+    got = {s["step"]: s for s in block["steps"]}
+    with_short = mem + [[0.001, 0.3, 0.02, None, None, 0.0, 0.06]]
+    for index, step in enumerate(MEM_STEPS):
+        values = [row[index] for row in with_short if row[index] is not None]
+        assert got[step]["n"] == len(values), step
+        assert got[step]["mean"] == round(math.fsum(values) / len(values), 3), step
+        assert got[step]["median"] == round(statistics.median(values), 3), step
+    assert got["sent-pmsuspend"] == {"step": "sent-pmsuspend", "n": 4, "mean": 0.3, "median": 0.3}
+    assert got["pmwakeup-sent-report"] == {"step": "pmwakeup-sent-report", "n": 1, "mean": 2.0, "median": 2.0}
+    totals = [math.fsum(row) for row in mem] + [0.001 + 0.3 + 0.02 + 2.0 + 0.0 + 0.06]
+    assert block["mean_total"] == round(math.fsum(totals) / 4, 3)
+    assert block["median_total"] == round(statistics.median(totals), 3)
+    disk = section["modes"]["disk"]
+    assert [s["step"] for s in disk["steps"]] == DISK_STEPS and disk["cycles"] == 1
+    assert disk["mean_total"] == round(0.002 + 5.2 + 0.9 + 21.7 + 0.05 + 0.0 + 0.1, 3)
+    # the same records in another order give the same section
+    again = dashboard_of(single_run(tmp_path / "again", list(reversed(records)), run_id="synthetic"))
+    assert again["host_time"] == section
+
+
+def test_host_time_of_recorded_cycles(recorded, tmp_path):
+    """The recordings' timelines (no report-started / ended / judged steps yet)
+    and two wake sources of mem in one mode."""
+    board = dashboard_of(single_run(tmp_path, recorded))
+    modes = board["host_time"]["modes"]
+    passing = [r for r in recorded if r["verdict"] == "pass"]
+    assert set(modes) == {r["mode"] for r in passing}
+    for mode, block in modes.items():
+        mine = [r for r in passing if r["mode"] == mode]
+        assert block["cycles"] == len(mine)
+        assert sum(s["n"] for s in block["steps"]) == sum(len(r["host_phases"]) for r in mine)
+        for record in mine:  # every cycle's own steps come in its own order
+            order = [s["step"] for s in block["steps"] if s["step"] in record["host_phases"]]
+            assert order == list(record["host_phases"]), (mode, record["cycle"])
+    assert [s["step"] for s in modes["disk"]["steps"]][0] == "start-sent"
+    assert modes["mem"]["cycles"] == 4  # cycles 100, 101, 1 (pmwakeup) and 2 (rtc); 9, 10 failed, 200 hung
+
+
+def test_bad_host_phases_and_harness_fields_are_reported_and_dropped(tmp_path):
+    good = phases(MEM_STEPS, [0.001, 0.2, 0.01, 1.5, 0.01, 0.0, 0.05])
+    bad_steps = dict(good, **{"sent-pmsuspend": -0.2, "pmsuspend-pmwakeup-sent": "slow",
+                              "pmwakeup-sent-report-started": float("nan"), "report-ended": True,
+                              "ended-judged": float("inf")})
+    records = [synthetic(1, host_phases=good, harness_pid=7, harness_rss_kib=1000),
+               synthetic(2, host_phases=bad_steps, harness_pid=7, harness_rss_kib="44 MB"),
+               synthetic(3, host_phases=[["start-sent", 0.1]], harness_pid=True, harness_rss_kib=1200),
+               synthetic(4, host_phases=good, harness_pid=7, harness_rss_kib=None)]  # the lab's "could not read"
+    path = str(tmp_path / "results" / "synthetic" / "cycles.jsonl")
+    write_lines(path, records)  # json.dumps writes NaN and Infinity, json.loads reads them
+    board = dashboard_of(os.path.dirname(path))
+    messages = {(e["line"], e["message"].split(":")[0]) for e in board["input_errors"]}
+    assert messages == {(2, "host_phases.sent-pmsuspend"), (2, "host_phases.pmsuspend-pmwakeup-sent"),
+                        (2, "host_phases.pmwakeup-sent-report-started"), (2, "host_phases.report-ended"),
+                        (2, "host_phases.ended-judged"), (2, "harness_rss_kib"),
+                        (3, "host_phases"), (3, "harness_pid")}
+    assert board["inputs"]["cycles"] == 4 and board["success"]["modes"]["mem"]["counts"]["pass"] == 4
+    got = {s["step"]: s for s in board["host_time"]["modes"]["mem"]["steps"]}
+    # cycle 2 keeps its good steps only; cycle 3 has none left
+    assert board["host_time"]["modes"]["mem"]["cycles"] == 3
+    assert got["start-sent"]["n"] == 3 and got["report-started-report"]["n"] == 3
+    assert got["sent-pmsuspend"] == {"step": "sent-pmsuspend", "n": 2, "mean": 0.2, "median": 0.2}
+    assert got["ended-judged"]["n"] == 2 and got["report-ended"]["n"] == 2
+    # memory: only cycle 1 has both a pid and a resident set
+    assert board["harness_memory"]["runs"] == {"synthetic": [
+        {"pid": 7, "cycles": 1, "first_cycle": 1, "last_cycle": 1, "first_kib": 1000, "last_kib": 1000,
+         "max_kib": 1000}]}
+    assert schemas.errors(schemas.DASHBOARD, board) == []
+    json.loads(compute.dumps(board), parse_constant=lambda name: pytest.fail(f"{name} in the dashboard"))
+    # what normalise keeps of fields it is given unchecked
+    cycle = inputs.normalise(synthetic(5, host_phases=bad_steps, harness_pid="7"), "x", None)
+    assert list(cycle["host_phases"]) == ["start-sent", "report-started-report"] and cycle["harness_pid"] is None
+    assert inputs.normalise(synthetic(6), "x", None)["host_phases"] == {}
+
+
+def test_harness_memory_per_run_and_process(tmp_path):
+    """First and last by cycle number whatever the line order; a restarted
+    lab.run (a new pid) and another run are entries of their own."""
+    rss = {1: (100, 40000), 2: (100, 46000), 3: (100, 44000), 4: (200, 39000), 5: (200, 39500)}
+    records = [synthetic(n, harness_pid=pid, harness_rss_kib=kib) for n, (pid, kib) in rss.items()]
+    records = [records[1], records[0], records[3], records[2], records[4]]   # lines not in cycle order
+    records.append(synthetic(6))                                              # an older record
+    records.append(synthetic(7, verdict="fail", harness_pid=200, harness_rss_kib=41000))  # any verdict counts
+    run = single_run(tmp_path, records, run_id="run-a")
+    other = single_run(tmp_path, [synthetic(1, harness_pid=100, harness_rss_kib=30000)], run_id="run-b")
+    board = dashboard_of(run, other)
+    assert board["harness_memory"] == {"unit": "KiB", "runs": {
+        "run-a": [{"pid": 100, "cycles": 3, "first_cycle": 1, "last_cycle": 3, "first_kib": 40000, "last_kib": 44000,
+                   "max_kib": 46000},
+                  {"pid": 200, "cycles": 3, "first_cycle": 4, "last_cycle": 7, "first_kib": 39000, "last_kib": 41000,
+                   "max_kib": 41000}],
+        "run-b": [{"pid": 100, "cycles": 1, "first_cycle": 1, "last_cycle": 1, "first_kib": 30000,
+                   "last_kib": 30000, "max_kib": 30000}]}}
+    assert schemas.errors(schemas.DASHBOARD, board) == []
+    assert dashboard_of(other, run)["harness_memory"] == board["harness_memory"]
+
+
+def test_records_without_the_new_fields_give_empty_sections(tmp_path):
+    board = dashboard_of(single_run(tmp_path, [synthetic(1), synthetic(2, mode="disk")]))
+    assert board["host_time"] == {"unit": "s", "cycles": "pass", "modes": {}}
+    assert board["harness_memory"] == {"unit": "KiB", "runs": {}}
+    assert board["input_errors"] == [] and schemas.errors(schemas.DASHBOARD, board) == []
+
+
 # ------------------------------------------------------------------ trends
 
 def _build_runs(tmp_path, recorded, plan):
@@ -469,6 +620,9 @@ def test_shards_give_the_same_dashboard_as_one_run(recorded, tmp_path, split):
             extra["cycle"] += offset
             extra["host_start"] = extra["host_start"].replace("T13:", f"T{13 + offset // 1000}:")
             records.append(extra)
+    # written by two lab.run processes, each with its resident set on every record
+    records = [dict(record, harness_pid=100 + index % 2, harness_rss_kib=40000 + 8 * index)
+               for index, record in enumerate(records)]
     if split == "alternate":
         shards = [records[0::2], records[1::2]]
     elif split == "halves":
