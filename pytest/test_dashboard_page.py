@@ -42,7 +42,8 @@ CONSOLE = re.compile(r":CONSOLE(?:\(\d+\)|:\d+)\] (.*)")
 SCRIPT_DEVICE = "<script>alert(1)</script>"
 IMG_REASON = "callbacks returned errors: <img src=x onerror=\"document.title='pwned'\">"
 BOLD_LINE = "[   22.8] <b>bold</b> & pmtest_edu 0000:00:10.0: PM: dpm_run_callback(): returns -5"
-CANVASES = 5
+HOSTILE_STEP = "report-<i>ended</i>"
+CANVASES = 6
 MODE_COLOURS = [(0x33, 0x67, 0xd6), (0xe8, 0x71, 0x0a), (0x18, 0x80, 0x38)]
 
 
@@ -106,12 +107,13 @@ def hostile_records(recorded):
     records = [dict(r, run_id="20261203-130000-1") for r in recorded]
     slow = next(copy.deepcopy(r) for r in records if r["cycle"] == 1)
     slow.update(cycle=11, host_start="2026-12-03T13:06:52.000+00:00")
+    slow["host_phases"][HOSTILE_STEP] = 0.25
     slow["callbacks"][SCRIPT_DEVICE] = [{"cb": "bus[suspend]", "driver": "<i>drv</i>", "t": 6.3, "us": 900000.0,
                                          "err": 0}]
     failed = next(copy.deepcopy(r) for r in records if r["cycle"] == 10)
     failed.update(cycle=12, host_start="2026-12-03T13:06:53.000+00:00", reason=IMG_REASON, problems=[BOLD_LINE])
     failed["callbacks"][SCRIPT_DEVICE] = [{"cb": "bus[resume]", "driver": None, "t": 6.9, "us": 10.0, "err": -5}]
-    return records + [slow, failed]
+    return [dict(r, harness_pid=4242, harness_rss_kib=40000 + 16 * r["cycle"]) for r in records + [slow, failed]]
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +121,11 @@ def page(tmp_path_factory):
     """A rendered dashboard page over two builds, one malformed line included."""
     base = tmp_path_factory.mktemp("page")
     results = str(base / "results")
-    recorded = testing.with_callbacks(testing.recorded_records())
+    recorded = testing.with_host_phases(testing.with_callbacks(testing.recorded_records()))
     testing.write_run(results, "20261203-130000-1", hostile_records(recorded), manifest=testing.manifest("a" * 40))
     later = []
     for record in recorded:
-        record = dict(copy.deepcopy(record), run_id="20261204-090000-2")
+        record = dict(copy.deepcopy(record), run_id="20261204-090000-2", harness_pid=5151, harness_rss_kib=39000)
         record["host_start"] = record["host_start"].replace("2026-12-03", "2026-12-04")
         later.append(record)
     run_dir = testing.write_run(results, "20261204-090000-2", later, manifest=testing.manifest("b" * 40))
@@ -160,6 +162,8 @@ def problems_of(dom, stderr):
         found.append("the <img> reason is not shown as text in the failures table")
     if not any(BOLD_LINE in text for text in dom.texts_in("table-buckets")):
         found.append("the <b> console line is not shown as text in the buckets table")
+    if HOSTILE_STEP not in dom.texts_in("table-host-time"):
+        found.append("the <i> step name is not shown as text in the host time table")
     if "pwned" in dom.title():
         found.append("an injected handler ran")
     return found
@@ -200,6 +204,28 @@ def test_page_loads_draws_and_escapes(page):
     assert error["file"].endswith("20261204-090000-2/cycles.jsonl") and error["line"] == 27  # 13 x 2 lines + 1
     (section,) = [a for t, a, _ in dom.elements if a.get("id") == "input-errors-section"]
     assert "hidden" not in section
+    # host time: every mode's steps with their means, and the whole cycle
+    host_cells = dom.texts_in("table-host-time")
+    width = host_cells.index("of the mean total") + 1
+    host_rows = [tuple(host_cells[i:i + width]) for i in range(width, len(host_cells), width)]
+    modes = board["host_time"]["modes"]
+    assert set(modes) == {"mem", "freeze", "disk", "pm_test-core", "pm_test-devices", "pm_test-freezer"}
+    want = []
+    for mode in sorted(modes):
+        block = modes[mode]
+        want += [(mode, s["step"], str(s["n"]), f"{s['mean']:.3f}") for s in block["steps"]]
+        want.append((mode, "whole cycle", str(block["cycles"]), f"{block['mean_total']:.3f}"))
+    assert [row[:4] for row in host_rows] == want
+    # harness memory: one row per lab.run process
+    memory_cells = dom.texts_in("table-memory")
+    width = memory_cells.index("last \u2212 first (KiB)") + 1
+    memory_rows = [memory_cells[i:i + width] for i in range(width, len(memory_cells), width)]
+    (first, second) = board["harness_memory"]["runs"].items()
+    assert first[0] == "20261203-130000-1" and first[1][0]["max_kib"] == 40000 + 16 * 200
+    assert memory_rows == [[run_id, str(p["pid"]), str(p["cycles"]), f"{p['first_cycle']}\u2013{p['last_cycle']}",
+                            str(p["first_kib"]), str(p["last_kib"]), str(p["max_kib"]),
+                            f"{p['last_kib'] - p['first_kib']:+d}" if p["last_kib"] != p["first_kib"] else "0"]
+                           for run_id, (p,) in (first, second)]
 
 
 def test_the_checks_catch_html_injection(page, tmp_path):

@@ -23,6 +23,8 @@
     'fail': '#d93025', 'fake-sleep': '#f9ab00', 'hang': '#a142f4', 'error': '#5f6368',
     'kernel-warning': '#e8710a', 'ordering-violation': '#12b5cb', 'other': '#9aa0a6'
   };
+  var STEP_COLOURS = ['#3367d6', '#8ab4f8', '#e8710a', '#fbbc04', '#188038', '#81c995', '#a142f4', '#d7aefb',
+                      '#d93025', '#f28b82', '#12b5cb', '#78d9ec', '#5f6368', '#bdc1c6'];
 
   /* DOM helpers: text only. */
   function el(tag, className, text) {
@@ -287,6 +289,80 @@
     select.addEventListener('change', function () { c.data = series(select.value); c.update(); });
   }
 
+  /* One order for the steps of all modes: a step new to the merged list goes
+   * in before the next of its mode's steps already there (else at the end),
+   * so steps the modes share (start-sent, ..., ended-judged) line up. */
+  function mergeSteps(lists) {
+    var merged = [];
+    lists.forEach(function (steps) {
+      steps.forEach(function (step, i) {
+        if (merged.indexOf(step) >= 0) return;
+        var next = -1;
+        for (var j = i + 1; j < steps.length && next < 0; j++) next = merged.indexOf(steps[j]);
+        if (next < 0) merged.push(step); else merged.splice(next, 0, step);
+      });
+    });
+    return merged;
+  }
+
+  function hostTime(data) {
+    var section = data.host_time || {modes: {}};  /* dashboards written before it lack it */
+    var modes = Object.keys(section.modes).sort();
+    function stat(mode, step) {
+      return section.modes[mode].steps.filter(function (s) { return s.step === step; })[0] || null;
+    }
+    var rows = [];
+    modes.forEach(function (m) {
+      var b = section.modes[m];
+      b.steps.forEach(function (s) { rows.push({mode: m, step: s.step, s: s, total: b.mean_total}); });
+      rows.push({mode: m, step: 'whole cycle', s: {n: b.cycles, mean: b.mean_total, median: b.median_total},
+                 total: b.mean_total});
+    });
+    table(document.getElementById('table-host-time'), [
+      ['mode', function (r) { return r.mode; }],
+      ['step (from\u2013to)', function (r) { return r.step; }, 'text'],
+      ['cycles', function (r) { return r.s.n; }, 'num'],
+      ['mean (s)', function (r) { return fmt(r.s.mean, 3); }, 'num'],
+      ['median (s)', function (r) { return fmt(r.s.median, 3); }, 'num'],
+      ['of the mean total', function (r) { return r.total > 0 ? pct(r.s.mean / r.total) : '\u2013'; }, 'num']
+    ], rows, 'No passing cycle has host_phases (records written before the lab timed its steps).');
+    document.getElementById('host-time-note').textContent =
+      'Mean seconds per step of the host timeline (start = host_start, to the verdict), passing cycles; ' +
+      'a step missing from some cycles is averaged over those that have it.';
+    if (!modes.length) { noData('chart-host-time', 'No passing cycle has host_phases.'); return; }
+    if (modes.length > 4) document.getElementById('chart-host-time').parentNode.classList.add('tall');
+    var steps = mergeSteps(modes.map(function (m) {
+      return section.modes[m].steps.map(function (s) { return s.step; });
+    }));
+    chart('chart-host-time', {
+      type: 'bar',
+      data: {
+        labels: modes.map(function (m) {
+          var b = section.modes[m];
+          return m + ' (' + b.cycles + ' cycles, ' + fmt(b.mean_total, 2) + ' s)';
+        }),
+        datasets: steps.map(function (step, i) {
+          return {label: step, backgroundColor: STEP_COLOURS[i % STEP_COLOURS.length],
+                  data: modes.map(function (m) { var s = stat(m, step); return s ? s.mean : null; })};
+        })
+      },
+      options: {
+        indexAxis: 'y',
+        scales: {x: {stacked: true, beginAtZero: true,
+                     title: {display: true, text: 'seconds (mean per passing cycle)'}},
+                 y: {stacked: true, ticks: {autoSkip: false}}},
+        plugins: {
+          legend: {position: 'bottom', labels: {boxWidth: 12}},
+          tooltip: {callbacks: {label: function (context) {
+            var s = stat(modes[context.dataIndex], context.dataset.label);
+            return s ? context.dataset.label + ': mean ' + fmt(s.mean, 3) + ' s, median ' + fmt(s.median, 3) +
+              ' s (' + s.n + ' cycles)' : '';
+          }}}
+        }
+      }
+    });
+  }
+
   function latency(data) {
     var top = data.latency.top_p95;
     table(document.getElementById('table-latency'), [
@@ -352,6 +428,27 @@
     ], ids, 'No runs.');
   }
 
+  function harnessMemory(data) {
+    var section = data.harness_memory || {runs: {}};  /* dashboards written before it lack it */
+    var rows = [];
+    Object.keys(section.runs).sort().forEach(function (id) {
+      section.runs[id].forEach(function (p) { rows.push({run: id, p: p}); });
+    });
+    table(document.getElementById('table-memory'), [
+      ['run', function (r) { return r.run; }, 'text'],
+      ['lab.run pid', function (r) { return r.p.pid; }, 'num'],
+      ['records', function (r) { return r.p.cycles; }, 'num'],
+      ['cycles', function (r) { return r.p.first_cycle + '\u2013' + r.p.last_cycle; }],
+      ['first (KiB)', function (r) { return r.p.first_kib; }, 'num'],
+      ['last (KiB)', function (r) { return r.p.last_kib; }, 'num'],
+      ['max (KiB)', function (r) { return r.p.max_kib; }, 'num'],
+      ['last \u2212 first (KiB)', function (r) {
+        var d = r.p.last_kib - r.p.first_kib;
+        return (d > 0 ? '+' : '') + d;
+      }, 'num']
+    ], rows, 'No record has harness_rss_kib (records written before the lab measured itself).');
+  }
+
   function main() {
     var data;
     try {
@@ -362,7 +459,7 @@
       return;
     }
     if (data.schema !== 'pmlab-dashboard/1') pageError('unexpected dashboard schema ' + data.schema);
-    var steps = [overview, success, bucketSection, trend, timing, latency, failures, runs];
+    var steps = [overview, success, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });
