@@ -99,7 +99,11 @@ def _str(value):
 
 
 def _number(value):
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """An int or a finite float: json.loads reads NaN and Infinity, which would
+    make dashboard.json something the page's JSON.parse refuses."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
 
 
 def _int(value):
@@ -111,7 +115,7 @@ def _phases(value):
     if not isinstance(value, dict):
         return {}
     return {step: seconds for step, seconds in value.items()
-            if _number(seconds) is not None and math.isfinite(seconds) and seconds >= 0}
+            if _number(seconds) is not None and seconds >= 0}
 
 
 def _strings(value):

@@ -426,6 +426,16 @@ def test_bad_host_phases_and_harness_fields_are_reported_and_dropped(tmp_path):
     assert inputs.normalise(synthetic(6), "x", None)["host_phases"] == {}
 
 
+def test_non_finite_timings_do_not_reach_the_dashboard(tmp_path):
+    """json.loads reads NaN/Infinity in a record; the page's JSON.parse would
+    refuse a dashboard.json holding them."""
+    records = [synthetic(1, suspend_ms=float("nan"), resume_ms=float("inf")), synthetic(2)]
+    path = str(tmp_path / "results" / "synthetic" / "cycles.jsonl")
+    write_lines(path, records)
+    board = dashboard_of(os.path.dirname(path))
+    json.loads(compute.dumps(board), parse_constant=lambda name: pytest.fail(f"{name} in the dashboard"))
+
+
 def test_harness_memory_per_run_and_process(tmp_path):
     """First and last by cycle number whatever the line order; a restarted
     lab.run (a new pid) and another run are entries of their own."""
