@@ -6,7 +6,6 @@ start_again() brings the same guest (same disk) back so the kernel resumes
 from the image.
 """
 
-import threading
 import time
 
 import libvirt
@@ -37,31 +36,26 @@ class ConsoleCapture(virt.MarkedLog):
         self.file_error = None  # the console file stopped taking data (disk full)
 
     def attach(self, stream):
-        threading.Thread(target=self._read, args=(stream,), name="console-reader", daemon=True).start()
+        """Read a (new) non-blocking libvirt stream (lab.virt.open_stream)."""
+        virt.watch_stream(stream, self.feed, lambda reason: None)
 
-    def _read(self, stream):
-        while True:
+    def feed(self, data):
+        """Console bytes, in order."""
+        if self.file_error is None:
             try:
-                data = stream.recv(65536)
-            except Exception:  # the domain went away
-                data = b""
-            if not isinstance(data, bytes) or not data:
-                return
-            if self.file_error is None:
-                try:
-                    self._file.write(data)
-                    self._file.flush()
-                except OSError as error:  # keep reading: the cycles still need the lines
-                    self.file_error = f"{self.path}: {error.strerror or error}"
-            with self._cond:
-                chunks = (self._partial + data).split(b"\n")
-                self._partial = chunks.pop()
-                now = time.time()
-                lines = [(now, chunk.decode("utf-8", "replace").rstrip("\r")) for chunk in chunks]
-                first = self._dropped + len(self._entries)
-                self._panics += [(first + index, line) for index, (_, line) in enumerate(lines)
-                                 if console_text.PANIC.search(line)]
-                self._append(lines)
+                self._file.write(data)
+                self._file.flush()
+            except OSError as error:  # keep reading: the cycles still need the lines
+                self.file_error = f"{self.path}: {error.strerror or error}"
+        with self._cond:
+            chunks = (self._partial + data).split(b"\n")
+            self._partial = chunks.pop()
+            now = time.time()
+            lines = [(now, chunk.decode("utf-8", "replace").rstrip("\r")) for chunk in chunks]
+            first = self._dropped + len(self._entries)
+            self._panics += [(first + index, line) for index, (_, line) in enumerate(lines)
+                             if console_text.PANIC.search(line)]
+            self._append(lines)
 
     def _forgot(self, mark):
         self._panics = [(index, line) for index, line in self._panics if index >= mark]
@@ -153,11 +147,11 @@ class Guest:
         self.dom = self.conn.createXML(
             self.xml, flags | libvirt.VIR_DOMAIN_START_PAUSED | libvirt.VIR_DOMAIN_START_AUTODESTROY)
         self.boots += 1
-        console_stream = self.conn.newStream(0)
+        console_stream = virt.open_stream(self.conn)
         self.dom.openConsole(None, console_stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
         self.console.attach(console_stream)
         self._console_stream = console_stream
-        agent_stream = self.conn.newStream(0)
+        agent_stream = virt.open_stream(self.conn)
         self.dom.openChannel(virt.AGENT_CHANNEL, agent_stream, libvirt.VIR_DOMAIN_CHANNEL_FORCE)
         self.agent.attach(agent_stream)
         self.dom.resume()
@@ -225,7 +219,7 @@ class Guest:
                 libvirt_qemu.qemuMonitorCommand(
                     self.dom, '{"execute":"chardev-send-break","arguments":{"id":"charserial0"}}', 0)
                 time.sleep(0.3)  # let the guest's UART take the BREAK before the key
-                self._console_stream.send(key.encode())
+                virt.send_all(self._console_stream, key.encode())
             except Exception as error:  # best effort: this runs on a guest already in trouble
                 printed.append(f"sysrq {key}: {error}")
                 continue

@@ -15,6 +15,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from lab.virt import send_all, watch_stream
+
 # Numbers have at most 18 digits: a longer run is no header (and int()
 # refuses more than 4300 digits).
 HEADER = re.compile(rb"@pmlab-reply (\d{1,18}) (-?\d{1,18}) (\d{1,18})\n")
@@ -89,35 +91,31 @@ class Agent:
         self.first_data = None  # time.time() of the first bytes after the last send()
 
     def attach(self, stream):
-        """Use a (new) libvirt stream; a reader thread feeds the parser."""
+        """Use a (new) non-blocking libvirt stream (lab.virt.open_stream): its
+        bytes feed the parser from libvirt's event loop."""
         with self._cond:
             self._stream = stream
             self.connected = True
-        threading.Thread(target=self._read, args=(stream,), name="agent-reader", daemon=True).start()
+        watch_stream(stream, self.feed, lambda reason: self._ended(stream, reason))
 
-    def _read(self, stream):
-        while True:
-            try:
-                data = stream.recv(65536)
-            except Exception as error:  # libvirtError when the domain goes away
-                self.reader_exit = f"{type(error).__name__}: {error}"
-                break
-            if not isinstance(data, bytes) or not data:
-                self.reader_exit = f"recv returned {data!r}"
-                break
-            if self.tap:
-                self.tap(data)
-            with self._cond:
-                self.last_data = time.monotonic()
-                if self.first_data is None:
-                    self.first_data = time.time()
-                for reply in self._parser.feed(data):
-                    if reply.id in self._discard:
-                        self._discard.discard(reply.id)
-                    else:
-                        self._replies[reply.id] = reply
-                self._cond.notify_all()
+    def feed(self, data):
+        """Bytes from the guest, in order."""
+        if self.tap:
+            self.tap(data)
         with self._cond:
+            self.last_data = time.monotonic()
+            if self.first_data is None:
+                self.first_data = time.time()
+            for reply in self._parser.feed(data):
+                if reply.id in self._discard:
+                    self._discard.discard(reply.id)
+                else:
+                    self._replies[reply.id] = reply
+            self._cond.notify_all()
+
+    def _ended(self, stream, reason):
+        with self._cond:
+            self.reader_exit = reason
             if self._stream is stream:
                 self.connected = False
             self._cond.notify_all()
@@ -131,10 +129,7 @@ class Agent:
             self.first_data = None
         if stream is None:
             raise ConnectionError("agent channel is not open")
-        data = f"{request_id} {command}\n".encode()
-        while data:
-            sent = stream.send(data)
-            data = data[sent:]
+        send_all(stream, f"{request_id} {command}\n".encode())
         return request_id
 
     # A reply can stall mid-transfer: with the host reading slowly (both cores

@@ -2,28 +2,14 @@
 thousands of cycles: marks stay absolute while old entries are dropped, so
 memory stays flat (the soak's harness RSS)."""
 
-import time
-
 from lab.guest import ConsoleCapture
 from lab.virt import DomainEvents
 
 
-class Stream:
-    """Stands in for a libvirt stream: hands out the chunks, then EOF."""
-
-    def __init__(self, chunks):
-        self.chunks = list(chunks)
-
-    def recv(self, size):
-        return self.chunks.pop(0) if self.chunks else b""
-
-
 def _capture(tmp_path, chunks):
     capture = ConsoleCapture(str(tmp_path / "console.log"))
-    capture.attach(Stream(chunks))
-    deadline = time.monotonic() + 5
-    while capture.mark() < sum(c.count(b"\n") for c in chunks) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    for chunk in chunks:  # as lab.virt.watch_stream delivers them
+        capture.feed(chunk)
     return capture
 
 
