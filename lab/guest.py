@@ -20,6 +20,7 @@ from lab.guest_agent import Agent, AgentTimeout
 BASE_CMDLINE = ("console=ttyS0,115200 no_console_suspend loglevel=8 printk.devkmsg=on "
                 "pmlab.swap=/dev/vda")
 SWAP_BYTES = 1 << 30
+CREATE_RETRY_SECONDS = 10
 
 
 class ConsoleCapture(virt.MarkedLog):
@@ -144,8 +145,18 @@ class Guest:
         it: no console line is printed before the lab listens."""
         # AUTODESTROY: if the lab process dies, libvirt destroys its guests when
         # the connection closes, instead of leaving them running unattended.
-        self.dom = self.conn.createXML(
-            self.xml, flags | libvirt.VIR_DOMAIN_START_PAUSED | libvirt.VIR_DOMAIN_START_AUTODESTROY)
+        flags |= libvirt.VIR_DOMAIN_START_PAUSED | libvirt.VIR_DOMAIN_START_AUTODESTROY
+        deadline = time.monotonic() + CREATE_RETRY_SECONDS
+        while True:
+            try:
+                self.dom = self.conn.createXML(self.xml, flags)
+                break
+            except libvirt.libvirtError as error:
+                # libvirt sends a hibernated domain's STOPPED event before it has
+                # removed the transient domain (1 in the soak's 100 S4 cycles).
+                if "already exists" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         self.boots += 1
         console_stream = virt.open_stream(self.conn)
         self.dom.openConsole(None, console_stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
