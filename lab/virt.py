@@ -370,28 +370,38 @@ _MTIME = re.compile(r"<mtime>(\d+)")
 def sweep_orphan_volumes(conn, pool, min_age=600):
     """Delete the volumes of guests whose domain no longer exists: a harness
     killed with SIGKILL leaves its guest's volumes behind (libvirt destroys
-    the domain, not the files). Only volumes older than `min_age` seconds
-    go: a parallel worker may be uploading a guest it has not created yet.
-    Returns the names deleted."""
-    gone = []
+    the domain, not the files). A guest's volumes go only if all of them are
+    older than `min_age` seconds: a parallel worker may be uploading a guest
+    it has not created yet, and a hibernated guest has no domain until it is
+    started again, but its swap volume has just been written. Returns the
+    names deleted."""
+    guests = {}  # guest name -> [(volume, mtime or None)]
     for volume in pool.listAllVolumes(0):
         name = volume.name()
         suffix = next((s for s in VOLUME_SUFFIXES if name.endswith(s)), None)
         if not name.startswith("pmlab-") or suffix is None:
             continue
         try:
-            conn.lookupByName(name[:-len(suffix)])
+            mtime = _MTIME.search(volume.XMLDesc(0))
+        except libvirt.libvirtError:
+            continue  # deleted meanwhile by its owner
+        guests.setdefault(name[:-len(suffix)], []).append((volume, int(mtime[1]) if mtime else None))
+    gone = []
+    for guest, volumes in guests.items():
+        if any(mtime is None or time.time() - mtime < min_age for _, mtime in volumes):
+            continue
+        try:
+            conn.lookupByName(guest)
             continue  # its guest is still there
         except libvirt.libvirtError:
             pass
-        try:
-            mtime = _MTIME.search(volume.XMLDesc(0))
-            if mtime is None or time.time() - int(mtime[1]) < min_age:
-                continue
-            volume.delete(0)
-            gone.append(name)
-        except libvirt.libvirtError:
-            pass  # deleted meanwhile by its owner
+        for volume, _ in volumes:
+            try:
+                name = volume.name()
+                volume.delete(0)
+                gone.append(name)
+            except libvirt.libvirtError:
+                pass
     return gone
 
 

@@ -158,6 +158,22 @@ def test_harness_sigkill_mid_cycle_then_rerun_resumes(tmp_path, artifacts):
     assert {f"{killed}-bzImage", f"{killed}-initramfs", f"{killed}-swap"} <= set(swept), swept
 
 
+def test_sweep_spares_a_guest_with_a_fresh_volume():
+    """A guest without a domain loses its volumes to the sweep only when all
+    of them are old: a hibernated guest's swap was just written."""
+    from lab import virt
+    connection = virt.Connection()
+    try:
+        pool = virt.storage_pool(connection.conn)
+        names = [f"pmlab-sweeptest-{os.getpid()}-w0-1{suffix}" for suffix in virt.VOLUME_SUFFIXES]
+        for name in names:
+            virt.blank_volume(pool, name, 1 << 20)
+        assert not set(names) & set(virt.sweep_orphan_volumes(connection.conn, pool, min_age=600))
+        assert set(names) <= set(virt.sweep_orphan_volumes(connection.conn, pool, min_age=0))
+    finally:
+        connection.close()
+
+
 def test_qemu_killed_mid_cycle_is_recorded_and_the_run_continues(tmp_path, artifacts):
     """QEMU SIGKILLed during cycle 2: cycle 2 is the lab's `error` naming
     QEMU's exit (not a hang after the watchdog), cycles 3 and 4 pass in a
