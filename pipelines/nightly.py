@@ -113,23 +113,32 @@ def settle_state(path, args, shard):
     return state, True
 
 
+def chunk_records(chunk_dir):
+    """A chunk's records as [(lab.run's cycle number, plan number, record)],
+    or None when lab.run never started in it (no chunk.json)."""
+    meta = read_json(os.path.join(chunk_dir, "chunk.json"))
+    if meta is None:
+        return None
+    numbers = meta["numbers"]
+    return [(record["cycle"], numbers[record["cycle"] - 1], record)
+            for record in read_cycles(os.path.join(chunk_dir, "cycles.jsonl"))
+            if 1 <= record["cycle"] <= len(numbers)]
+
+
 def import_chunk(chunk_dir, rundir, run_id, now=None):
     """Move one chunk's cycles into the run under their plan numbers.
     Returns the imported records."""
-    meta = read_json(os.path.join(chunk_dir, "chunk.json"))
-    if meta is None:
+    found = chunk_records(chunk_dir)
+    if found is None:
         shutil.rmtree(chunk_dir, ignore_errors=True)  # died before lab.run started
         return []
-    numbers = meta["numbers"]
     imported = []
     # An import cut short (results disk full) is repeated on the rerun: the
     # cycles it already moved are not appended twice.
     already = {r["cycle"] for r in read_cycles(rundir.cycles_path) if r.get("status") == "done"}
-    for record in read_cycles(os.path.join(chunk_dir, "cycles.jsonl")):
-        local = record["cycle"]
-        if not 1 <= local <= len(numbers) or numbers[local - 1] in already:
+    for local, number, record in found:
+        if number in already:
             continue
-        number = numbers[local - 1]
         record = dict(record, run_id=run_id, cycle=number)
         if record.get("status") != "done":
             record = plan_mod.interrupted(record, now or time.time())

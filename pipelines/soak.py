@@ -38,7 +38,9 @@ if __package__ in (None, ""):
 
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
+from dashboards.compute import nearest_rank, wilson  # noqa: E402
 from lab.records import read_cycles  # noqa: E402
+from pipelines.nightly import chunk_records  # noqa: E402
 
 PROG = "soak"
 ARTIFACT_FILES = ("bzImage", "initramfs.cpio.gz", "manifest.json", "config", "compile.env")
@@ -162,15 +164,6 @@ def run_bench(artifacts, cycles, results):
 
 # ---------------------------------------------------------------- numbers
 
-def _wilson(passed, total, z=1.96):
-    if not total:
-        return None
-    p = passed / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return [round(centre - half, 4), round(centre + half, 4)]
-
-
 def _epoch(iso_text):
     import datetime
     return datetime.datetime.fromisoformat(iso_text).timestamp()
@@ -202,16 +195,16 @@ def numbers(records, shards_records):
         passed = verdicts.get("pass", 0)
         out["modes"][mode] = {
             "cycles": len(group), "verdicts": verdicts, "success_rate": round(passed / len(group), 4),
-            "success_rate_95": _wilson(passed, len(group)),
+            "success_rate_95": wilson(passed, len(group)),
             "mean_cycle_seconds": round(statistics.mean(walls), 3) if walls else None,
             "median_cycle_seconds": round(statistics.median(walls), 3) if walls else None,
-            "p95_cycle_seconds": round(sorted(walls)[max(0, math.ceil(0.95 * len(walls)) - 1)], 3) if walls else None,
+            "p95_cycle_seconds": round(nearest_rank(sorted(walls), 0.95), 3) if walls else None,
             "cycles_per_hour_per_guest": round(3600 / statistics.mean(walls)) if walls else None,
             "host_phases_mean": {k: round(statistics.mean(v), 3) for k, v in phases.items()},
         }
     passed = sum(1 for r in records if r.get("verdict") == "pass" and r.get("status") == "done")
     out["success_rate"] = round(passed / len(records), 4) if records else None
-    out["success_rate_95"] = _wilson(passed, len(records))
+    out["success_rate_95"] = wilson(passed, len(records))
     out["failed"] = [{"cycle": r["cycle"], "mode": r.get("mode"),
                       "verdict": r.get("verdict") if r.get("status") == "done" else "unfinished",
                       "phase": r.get("phase"),
@@ -270,13 +263,8 @@ def shard_records(shard_dir):
     records = {r["cycle"]: r for r in read_cycles(os.path.join(shard_dir, "cycles.jsonl"))}
     chunks = os.path.join(shard_dir, "chunks")
     for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else ():
-        meta = read_json(os.path.join(chunks, name, "chunk.json"))
-        if not meta:
-            continue
-        for record in read_cycles(os.path.join(chunks, name, "cycles.jsonl")):
-            if 1 <= record["cycle"] <= len(meta["numbers"]):
-                number = meta["numbers"][record["cycle"] - 1]
-                records.setdefault(number, dict(record, cycle=number))
+        for _, number, record in chunk_records(os.path.join(chunks, name)) or ():
+            records.setdefault(number, dict(record, cycle=number))
     return [records[n] for n in sorted(records)]
 
 
