@@ -107,7 +107,7 @@ class Guest:
         self.xml = None
         self.boot_id = None
         self.boots = 0
-        self.volumes = [f"{name}-bzImage", f"{name}-initramfs", f"{name}-swap"]
+        self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES]  # kernel, initramfs, swap
         self.pool = None
 
     # ------------------------------------------------------------ lifecycle
