@@ -23,7 +23,6 @@ the console are captured and the domain is destroyed; the caller boots a
 fresh guest for the next cycle. `echo mem` returning is never proof.
 """
 
-import gzip
 import os
 import time
 import uuid
@@ -35,7 +34,7 @@ from lab import console, guest_report, pmtest_log, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
-from lab.records import iso, results_write_error
+from lab.records import iso
 
 RTC_WAKE_SECONDS = 2
 # guest/init prints this when the swap disk held no image: the boot was fresh,
@@ -370,7 +369,6 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
             guest.destroy()
             hang = lab_error = None
     if hang is not None:
-        dump_path = rundir.file(f"hang-cycle{number}-{guest.name}.txt")
         agent_state = guest.agent.pending()
         dump = [f"cycle {number} ({mode.name}) hung in phase {hang.phase}: {hang.detail}\n",
                 f"## agent channel on the host: {agent_state}"]
@@ -380,9 +378,9 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
             dump.append("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")))
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
-        write_text(dump_path, "\n".join(dump) + "\n")
+        dump_path = rundir.write_file(f"hang-cycle{number}-{guest.name}.txt", "\n".join(dump) + "\n")
         record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
-                      hang_dump=os.path.relpath(dump_path, rundir.path), guest_usable=False,
+                      hang_dump=dump_path, guest_usable=False,
                       problems=console.problems(evidence))
     elif lab_error is not None:
         guest.destroy()
@@ -390,9 +388,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
                       guest_usable=False)
     elif "verdict" not in record:
         if reply is not None:  # the full report (whole trace buffer) stays next to the record
-            report_path = rundir.file("reports", f"cycle{number}.txt.gz")
-            write_text(report_path, reply.output, compress=True)
-            record["report"] = os.path.relpath(report_path, rundir.path)
+            record["report"] = rundir.write_file(f"reports/cycle{number}.txt.gz", reply.output, compress=True)
         record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
                             events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         # Callback order against the seed's rules (lab/oracle): a cycle that
@@ -442,24 +438,6 @@ def rss_kib():
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def write_text(path, text, compress=False):
-    """Write a cycle's side file whole or not at all (ResultsWriteError)."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if compress:
-            with gzip.open(path, "wt", compresslevel=1) as out:  # level 9 costs 15 ms a cycle
-                out.write(text)
-        else:
-            with open(path, "w") as out:
-                out.write(text)
-    except OSError as error:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        raise results_write_error(path, error) from None
 
 
 def watchdogs_from(text_items):
