@@ -39,14 +39,15 @@ def test_series_is_checkpatch_clean_and_applies():
 def test_patch_that_does_not_apply_is_named_with_its_file(tmp_path):
     broken = tmp_path / "patches"
     shutil.copytree(PATCHES, broken)
-    first = broken / series()[0]
-    text = first.read_text()
-    assert "\tint (*restore_noirq)(struct device *dev);" in text
-    first.write_text(text.replace(" \tint (*restore_noirq)(struct device *dev);",
-                                  " \tint (*restore_noirqX)(struct device *dev);", 1))
+    context = " \tint (*restore_noirq)(struct device *dev);"
+    # The patch that adds the callbacks to struct dev_pm_ops: corrupt one of
+    # its context lines in include/linux/pm.h.
+    name = next(patch for patch in series() if context in (broken / patch).read_text())
+    text = (broken / name).read_text()
+    (broken / name).write_text(text.replace(context, context.replace("noirq", "noirqX"), 1))
     result = run("kernel/check-series", env={"PMLAB_SERIES_DIR": str(broken)})
     assert result.returncode != 0
-    assert f"patch {series()[0]} does not apply" in result.stderr
+    assert f"patch {name} does not apply" in result.stderr
     assert "include/linux/pm.h" in result.stderr
 
 
