@@ -34,7 +34,7 @@ from lab import console, guest_report, pmtest_log, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
-from lab.records import iso
+from lab.records import hang_dump_path, iso, report_path
 
 RTC_WAKE_SECONDS = 2
 # guest/init prints this when the swap disk held no image: the boot was fresh,
@@ -378,7 +378,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
             dump.append("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")))
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
-        dump_path = rundir.write_file(f"hang-cycle{number}-{guest.name}.txt", "\n".join(dump) + "\n")
+        dump_path = rundir.write_file(hang_dump_path(number, guest.name), "\n".join(dump) + "\n")
         record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
                       hang_dump=dump_path, guest_usable=False,
                       problems=console.problems(evidence))
@@ -388,7 +388,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
                       guest_usable=False)
     elif "verdict" not in record:
         if reply is not None:  # the full report (whole trace buffer) stays next to the record
-            record["report"] = rundir.write_file(f"reports/cycle{number}.txt.gz", reply.output, compress=True)
+            record["report"] = rundir.write_file(report_path(number), reply.output, compress=True)
         record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
                             events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         # Callback order against the seed's rules (lab/oracle): a cycle that
