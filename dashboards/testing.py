@@ -99,7 +99,7 @@ def write_run(results_root, run_id, records, manifest=None, summary=True):
 
 
 def manifest(commit, series_hash="none", variant="baseline", host="lab-host"):
-    """A run manifest as dashboards.manifest.collect() writes it."""
+    """A run manifest as lab.manifest.collect() writes it."""
     return {
         "schema": "pmlab-run-manifest/1", "run_id": None, "shard": None,
         "project": {"commit": commit, "dirty": False},
