@@ -23,6 +23,7 @@ import os
 
 from dashboards import schemas
 from lab import records as records_module
+from lab.records import cycles_path
 from lab.trace import split_device_id
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
@@ -59,16 +60,16 @@ def find_run_dirs(paths, inputs):
     for path in paths:
         if os.path.isfile(path) and path.endswith(".jsonl"):
             add(path)
-        elif os.path.isfile(os.path.join(path, "cycles.jsonl")):
-            add(os.path.join(path, "cycles.jsonl"))
+        elif os.path.isfile(cycles_path(path)):
+            add(cycles_path(path))
         elif os.path.isdir(path):
             runs = [os.path.join(path, name) for name in sorted(os.listdir(path))]
             runs = [run for run in runs if not os.path.islink(run)
-                    and os.path.isfile(os.path.join(run, "cycles.jsonl"))]
+                    and os.path.isfile(cycles_path(run))]
             if not runs:
                 inputs.error(path, None, "no run directories (no */cycles.jsonl) here")
             for run in runs:
-                add(os.path.join(run, "cycles.jsonl"))
+                add(cycles_path(run))
         else:
             inputs.error(path, None, "not found")
     return found
@@ -319,27 +320,27 @@ def load(paths):
     """Inputs read from run directories / results directories / cycles files."""
     inputs = Inputs()
     merged = {}
-    for cycles_path in find_run_dirs(paths, inputs):
-        run_dir = os.path.dirname(cycles_path)
+    for cycles_file in find_run_dirs(paths, inputs):
+        run_dir = os.path.dirname(cycles_file)
         manifest = _read_json_file(os.path.join(run_dir, "manifest.json"), schemas.RUN_MANIFEST, inputs)
         _read_json_file(os.path.join(run_dir, "summary.json"), schemas.RUN_SUMMARY, inputs)
-        for key, (cycle, record) in read_cycles_file(cycles_path, inputs, manifest).items():
+        for key, (cycle, record) in read_cycles_file(cycles_file, inputs, manifest).items():
             if manifest:
                 runs = inputs.manifests.setdefault(key[0], [])
                 if manifest not in runs:
                     runs.append(manifest)
             previous = merged.get(key)
             if previous is None:
-                merged[key] = (cycle, record, cycles_path)
+                merged[key] = (cycle, record, cycles_file)
                 continue
             # The same cycle in two files: keep the finished one, else the
             # same one whatever the order the files were named in.
             rank = (record["status"] != "done", _canonical(record))
             previous_rank = (previous[1]["status"] != "done", _canonical(previous[1]))
             if record["status"] == previous[1]["status"] == "done" and rank != previous_rank:
-                first, second = sorted([previous[2], cycles_path])
+                first, second = sorted([previous[2], cycles_file])
                 inputs.error(second, None, f"cycle {key[1]} of run {key[0]} is also in {first}, differently")
             if rank < previous_rank:
-                merged[key] = (cycle, record, cycles_path)
+                merged[key] = (cycle, record, cycles_file)
     inputs.cycles = [merged[key][0] for key in sorted(merged, key=lambda k: (k[0], k[1]))]
     return inputs

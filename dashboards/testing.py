@@ -23,8 +23,9 @@ STARTED_FIELDS = ("run_id", "cycle", "mode", "wake", "pm_test", "guest", "host_s
 
 def recorded_records():
     """The recorded final records, in file order (deep copies)."""
-    with open(os.path.join(RECORDINGS, "cycles.jsonl")) as source:
-        return [json.loads(line) for line in source if line.strip()]
+    from lab.records import cycles_path, read_cycles
+
+    return read_cycles(cycles_path(RECORDINGS))
 
 
 def with_callbacks(records):

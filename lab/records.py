@@ -70,6 +70,14 @@ def iso(epoch):
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+CYCLES_FILE = "cycles.jsonl"
+
+
+def cycles_path(run_dir):
+    """A run directory's cycles.jsonl: the file only this module reads and writes."""
+    return os.path.join(run_dir, CYCLES_FILE)
+
+
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
@@ -77,7 +85,7 @@ class RunDir:
         self.run_id = run_id
         self.path = os.path.join(results_root, run_id)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
-        self.cycles_path = os.path.join(self.path, "cycles.jsonl")
+        self.cycles_path = cycles_path(self.path)
         self.summary_path = os.path.join(self.path, "summary.json")
         link = os.path.join(results_root, "latest")
         temporary = f"{link}.{os.getpid()}"

@@ -101,8 +101,8 @@ def write_json(path, data):
 def read_records(run_dir):
     """The final record of every cycle of a run directory (lab.records)."""
     sys.path.insert(0, REPO) if REPO not in sys.path else None
-    from lab.records import read_cycles
-    return read_cycles(os.path.join(run_dir, "cycles.jsonl"))
+    from lab.records import cycles_path, read_cycles
+    return read_cycles(cycles_path(run_dir))
 
 
 def module_available(dotted):

@@ -24,7 +24,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines.common import read_json, write_json  # noqa: E402
-from lab.records import SIDE_FILES, is_done, read_cycles, summarize, write_cycles  # noqa: E402
+from lab.records import SIDE_FILES, cycles_path, is_done, read_cycles, summarize, write_cycles  # noqa: E402
 
 
 class MergeError(ValueError):
@@ -73,10 +73,10 @@ def merge(out_dir, shard_dirs, run_id=None):
     """Write the merged run directory; return its summary."""
     shards = []
     for directory in shard_dirs:
-        if not os.path.isfile(os.path.join(directory, "cycles.jsonl")):
+        if not os.path.isfile(cycles_path(directory)):
             raise MergeError(f"{directory} has no cycles.jsonl")
-        shards.append((directory, read_cycles(os.path.join(directory, "cycles.jsonl"))))
-    if os.path.exists(os.path.join(out_dir, "cycles.jsonl")):
+        shards.append((directory, read_cycles(cycles_path(directory))))
+    if os.path.exists(cycles_path(out_dir)):
         raise MergeError(f"{out_dir} already holds a run (cycles.jsonl): merge into a new directory")
     merged, origin = merge_records(shards)
     run_id = run_id or common_run_id(list(merged.values()))
@@ -90,7 +90,7 @@ def merge(out_dir, shard_dirs, run_id=None):
             path = record.get(field)
             if isinstance(path, str) and path and not os.path.isabs(path) and ".." not in path.split("/"):
                 _copy(os.path.join(origin[number], path), os.path.join(out_dir, path))
-    write_cycles(os.path.join(out_dir, "cycles.jsonl"), records)
+    write_cycles(cycles_path(out_dir), records)
     for directory, _ in shards:
         console = os.path.join(directory, "console")
         for name in sorted(os.listdir(console)) if os.path.isdir(console) else ():

@@ -40,8 +40,8 @@ if __package__ in (None, ""):
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
-from lab.records import (ResultsWriteError, RunDir, close_interrupted, is_done, read_cycles,  # noqa: E402
-                         renumbered_side_files, state_of, summarize)
+from lab.records import (ResultsWriteError, RunDir, close_interrupted, cycles_path, is_done,  # noqa: E402
+                         read_cycles, renumbered_side_files, state_of, summarize)
 
 PROG = "nightly"
 STATE = "nightly.json"
@@ -121,7 +121,7 @@ def chunk_records(chunk_dir):
         return None
     numbers = meta["numbers"]
     return [(record["cycle"], numbers[record["cycle"] - 1], record)
-            for record in read_cycles(os.path.join(chunk_dir, "cycles.jsonl"))
+            for record in read_cycles(cycles_path(chunk_dir))
             if 1 <= record["cycle"] <= len(numbers)]
 
 

@@ -39,7 +39,7 @@ if __package__ in (None, ""):
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab import bench  # noqa: E402
-from lab.records import is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
+from lab.records import cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
 from pipelines.nightly import chunk_records  # noqa: E402
 
 PROG = "soak"
@@ -143,7 +143,7 @@ def merge_shards(args):
     out = os.path.join(args.results, args.run_id, "merged")
     shutil.rmtree(out, ignore_errors=True)
     present = [d for d in shard_dirs(args.results, args.run_id, args.guests)
-               if os.path.isfile(os.path.join(d, "cycles.jsonl"))]
+               if os.path.isfile(cycles_path(d))]
     if not present:
         raise SoakError(f"no shard of {args.run_id} recorded any cycle")
     merge(out, present, args.run_id)
@@ -261,7 +261,7 @@ def report_lines(run_id, result, command=None):
 def shard_records(shard_dir):
     """A shard's records: its run's, plus those of a chunk still running (or
     left by a killed run) under their plan numbers. Read only."""
-    records = {r["cycle"]: r for r in read_cycles(os.path.join(shard_dir, "cycles.jsonl"))}
+    records = {r["cycle"]: r for r in read_cycles(cycles_path(shard_dir))}
     chunks = os.path.join(shard_dir, "chunks")
     for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else ():
         for _, number, record in chunk_records(os.path.join(chunks, name)) or ():

@@ -27,7 +27,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from lab.records import write_cycles  # noqa: E402
+from lab.records import cycles_path, write_cycles  # noqa: E402
 
 # Numbers have at most 18 digits: a longer run is a corrupted line (and
 # int() refuses more than 4300 digits).
@@ -168,7 +168,7 @@ def main(argv=None):
           + (f" ({job.get('error_type')}: {job.get('error_msg')})" if job.get("error_msg") else ""))
     if args.run_dir:  # the job log is the source: a second import replaces the first
         os.makedirs(args.run_dir, exist_ok=True)
-        write_cycles(os.path.join(args.run_dir, "cycles.jsonl"), result)
+        write_cycles(cycles_path(args.run_dir), result)
     ok = result and all(r["verdict"] == "pass" for r in result) and job.get("result") == "pass"
     return 0 if ok else 1
 
