@@ -1,10 +1,8 @@
-"""Run manifest: what a run ran on (dashboards/schema/run-manifest.v1.json,
-checked there: dashboards/manifest.py and the tests).
+"""Run manifest: what a run ran on (schema run-manifest.v1.json, checked
+by the dashboard layer, which also has its command line).
 
   from lab.manifest import write_manifest
   write_manifest(rundir.path, artifacts.directory)      # -> <run dir>/manifest.json
-
-  /usr/bin/python3 -m dashboards.manifest [--artifacts DIR] [--run-id ID] [RUN_DIR]
 
 Collected on this host: the project commit (git rev-parse), the kernel fields
 of <artifacts>/manifest.json (written by kernel/build), QEMU / OVMF / libvirt

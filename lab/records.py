@@ -1,6 +1,6 @@
 """The results core: the cycle record, results/<run-id>/cycles.jsonl and
-summary.json. Every other layer (dashboards/, pipelines/) reads, writes and
-counts cycle records through this module only.
+summary.json. The layers above lab (the dashboard, the pipelines) read,
+write and count cycle records through this module only.
 
 The file. Each cycle is appended twice: once as it starts (status
 "started") and once when it ends (status "done", same cycle number). Every
