@@ -7,12 +7,14 @@ one verdict bucket plus flag buckets:
   verdict buckets (one at most, from verdict / phase / reason):
     fail-in-<phase>:<device>:<errno>   a callback returned an error (device and
                                        errno from the callbacks field, else
-                                       suspend_stats, else the reason text)
+                                       suspend_stats, else the record's
+                                       failed_callbacks, lab.records)
     fail-in-<phase>                    failed, no failing device known
     fake-sleep                         "echo mem" returned but there is no proof
                                        the guest slept (lab phase "sleep")
-    hang-in-<phase>                    verdict hang; hang-in-unfinished when the
-                                       cycle has only its "started" line
+    hang-in-<phase>                    verdict hang
+    unfinished                         the cycle has only its "started" line
+                                       (lab.records: neither hang nor fail)
     error:<reason class>               the lab failed, not the kernel (digits
                                        and hex in the reason are masked)
   flag buckets (any verdict, pass included):
@@ -27,13 +29,11 @@ import errno
 import functools
 import re
 
-VERDICT_KINDS = ("fail", "fake-sleep", "hang", "error")
+VERDICT_KINDS = ("fail", "fake-sleep", "hang", "unfinished", "error")
 FLAG_KINDS = ("kernel-warning", "ordering-violation")
 
 KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
 ORDERING_LINE = re.compile(r"should not be sleeping|ordering violation", re.IGNORECASE)
-# "[('pmtest_legacy.6', 'bus[suspend]', -5)]" as lab/cycle.py writes failed callbacks.
-FAILED_CALLBACK = re.compile(r"\('(?P<device>[^']*)', '(?P<cb>[^']*)', (?P<err>-?\d+)\)")
 PHASE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -75,9 +75,9 @@ def failing_device(cycle):
     counted = any(isinstance(v, int) and v > 0 for k, v in stats.items() if k.startswith("failed_"))
     if counted and isinstance(stats.get("last_failed_dev"), str) and isinstance(stats.get("last_failed_errno"), int):
         return stats["last_failed_dev"], stats["last_failed_errno"]
-    match = FAILED_CALLBACK.search(cycle.get("reason") or "")
-    if match:
-        return match["device"], int(match["err"])
+    recorded = cycle.get("failed_callbacks") or []
+    if recorded:
+        return recorded[0]["device"], recorded[0]["err"]
     return None
 
 
@@ -94,8 +94,10 @@ def verdict_bucket(cycle):
     verdict = cycle["verdict"]
     if verdict == "pass":
         return None
+    if verdict == "unfinished":
+        return "unfinished"
     if verdict == "hang":
-        return "hang-in-unfinished" if cycle["unfinished"] else f"hang-in-{phase_token(cycle['phase'])}"
+        return f"hang-in-{phase_token(cycle['phase'])}"
     if verdict == "error":
         return f"error:{error_class(cycle['reason'])}"
     phase = phase_token(cycle["phase"])
@@ -129,7 +131,7 @@ def classify(cycle):
 
 def kind_of(bucket):
     """The family of a bucket name (for the page's colours and filters)."""
-    for kind in ("fake-sleep", "kernel-warning", "ordering-violation"):
+    for kind in ("fake-sleep", "unfinished", "kernel-warning", "ordering-violation"):
         if bucket == kind or bucket.startswith(kind + ":"):
             return kind
     if bucket.startswith("fail-in-"):

@@ -4,11 +4,11 @@
 
 Sections (dashboards/schema/dashboard.v1.json):
   success      per mode: verdict counts, success rate and its Wilson 95 %
-               interval. Rate = pass / (pass + fail + hang); a cycle with only
-               its "started" line is a hang; "error" (the lab failed, not the
-               kernel) is counted but left out of the rate, and so are cycles
-               made to fail on purpose (expected_verdict other than pass,
-               counted as "injected").
+               interval: lab.records.pass_rate, the one definition (pass /
+               (pass + fail + hang + unfinished); "error", the lab's failure,
+               and cycles made to fail on purpose, "injected", are counted but
+               not judged). A cycle with only its "started" line is
+               "unfinished", counted once, as that.
   buckets      failure buckets (dashboards/buckets.py) with counts per mode and
                first / last occurrence (run id, cycle, host_start).
   failures     every cycle that did not pass, oldest first (the newest 500).
@@ -43,30 +43,13 @@ import statistics
 import sys
 
 from dashboards import buckets, inputs as inputs_module
+from lab import records
+from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
 
 SCHEMA = "pmlab-dashboard/1"
-Z95 = 1.959963984540054
-VERDICTS = ("pass", "fail", "hang", "error")
 HISTOGRAM_EDGES_MS = [0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 400, 500, 750, 1000, 2000, 5000]
 TOP_N = 25
 MAX_FAILURES = 500
-
-
-def wilson(successes, trials, z=Z95):
-    """Wilson score interval [low, high] for a binomial proportion, or None."""
-    if trials <= 0:
-        return None
-    p = successes / trials
-    denominator = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denominator
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
-
-
-def nearest_rank(ordered, fraction):
-    """The nearest-rank percentile of an already sorted list."""
-    rank = max(1, math.ceil(fraction * len(ordered)))
-    return ordered[rank - 1]
 
 
 def distribution(values):
@@ -111,28 +94,20 @@ def build_key(cycle):
 
 # ------------------------------------------------------------------ sections
 
-def injected(cycle):
-    return cycle["expected_verdict"] != "pass"
+injected = records.injected
 
 
 def verdict_counts(group):
-    counts = {verdict: 0 for verdict in VERDICTS}
-    counts["unfinished"] = 0
-    for cycle in group:
-        counts[cycle["verdict"]] += 1
-        counts["unfinished"] += cycle["unfinished"]
-    natural = [c for c in group if not injected(c)]
-    passed = sum(c["verdict"] == "pass" for c in natural)
-    judged = sum(c["verdict"] in ("pass", "fail", "hang") for c in natural)
-    return {"cycles": len(group), "counts": counts, "injected": len(group) - len(natural), "judged": judged,
-            "rate": round(passed / judged, 4) if judged else None, "ci95": wilson(passed, judged)}
+    """Counts and the pass rate of normalised cycles (they keep the record's
+    status, verdict and expected_verdict, which is all lab.records reads)."""
+    rate = records.pass_rate(group)
+    return {"cycles": len(group), "counts": records.verdict_counts(group), "injected": rate["injected"],
+            "judged": rate["judged"], "rate": rate["rate"], "ci95": rate["ci95"]}
 
 
 def success(cycles):
     modes = sorted({c["mode"] for c in cycles})
-    return {"definition": "pass / (pass + fail + hang); unfinished cycles are hangs; lab errors and "
-                          "cycles failed on purpose (injected) are counted but not judged; "
-                          "ci95: Wilson score interval",
+    return {"definition": records.PASS_RATE_DEFINITION,
             "all": verdict_counts(cycles),
             "modes": {mode: verdict_counts([c for c in cycles if c["mode"] == mode]) for mode in modes}}
 
@@ -273,7 +248,7 @@ def trends(cycles):
         for mode, group in sorted(build.pop("_cycles").items()):
             block = verdict_counts(group)
             natural = [c for c in group if not injected(c)]
-            bad = [c for c in natural if c["verdict"] in ("fail", "hang")]
+            bad = [c for c in natural if c["verdict"] in ("fail", "hang", records.UNFINISHED)]
             good = [c for c in natural if c["verdict"] == "pass"]
             block["status"] = "fail" if bad else ("pass" if good else "unknown")
             block["first_fail"] = occurrence(bad[0]) if bad else None

@@ -11,8 +11,9 @@ of the record is kept. Reports never stop the other lines or the other runs.
 The cycles of all inputs are merged by (run id, cycle number), the run id
 being the record's own run_id (the lab writes it on every line), so a run
 split over several directories (shards) reads exactly like the same records
-in one directory. Within a file a "done" line supersedes the "started" one;
-a cycle left with only its "started" line is a hang ("unfinished").
+in one directory. Which line of a cycle counts and what a cycle with only
+its "started" line is ("unfinished") is lab.records' rule: this module
+reads every file through lab.records.read_cycles.
 """
 
 import datetime
@@ -21,6 +22,9 @@ import math
 import os
 
 from dashboards import schemas
+from lab import records as records_module
+from lab.records import cycles_path
+from lab.trace import split_device_id
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
 PER_DEVICE = ("callbacks", "pmtest")
@@ -56,16 +60,16 @@ def find_run_dirs(paths, inputs):
     for path in paths:
         if os.path.isfile(path) and path.endswith(".jsonl"):
             add(path)
-        elif os.path.isfile(os.path.join(path, "cycles.jsonl")):
-            add(os.path.join(path, "cycles.jsonl"))
+        elif os.path.isfile(cycles_path(path)):
+            add(cycles_path(path))
         elif os.path.isdir(path):
             runs = [os.path.join(path, name) for name in sorted(os.listdir(path))]
             runs = [run for run in runs if not os.path.islink(run)
-                    and os.path.isfile(os.path.join(run, "cycles.jsonl"))]
+                    and os.path.isfile(cycles_path(run))]
             if not runs:
                 inputs.error(path, None, "no run directories (no */cycles.jsonl) here")
             for run in runs:
-                add(os.path.join(run, "cycles.jsonl"))
+                add(cycles_path(run))
         else:
             inputs.error(path, None, "not found")
     return found
@@ -136,7 +140,8 @@ def epoch(stamp):
 
 
 def _callbacks(value):
-    """{device: [{"cb", "driver", "t", "us", "err"}]} from either record shape."""
+    """{device: [{"cb", "driver", "t", "us", "err"}]} from either record shape;
+    a compact triple's driver is the one in its device's identity (lab.trace)."""
     out = {}
     for device, calls in (value or {}).items():
         normal = []
@@ -145,14 +150,15 @@ def _callbacks(value):
                 normal.append({"cb": call["cb"], "driver": _str(call.get("driver")), "t": _number(call.get("t")),
                                "us": _number(call["us"]), "err": call["err"]})
             else:
-                normal.append({"cb": call[0], "driver": None, "t": None, "us": _number(call[1]), "err": call[2]})
+                normal.append({"cb": call[0], "driver": split_device_id(device)[1], "t": None,
+                               "us": _number(call[1]), "err": call[2]})
         out[device] = normal
     return out
 
 
 def normalise(record, default_run_id, manifest):
     """The fields the dashboard uses, from a schema-checked record."""
-    done = record["status"] == "done"
+    done = records_module.is_done(record)
     kernel = record.get("kernel") if isinstance(record.get("kernel"), dict) else {}
     manifest = manifest or {}
     manifest_kernel = manifest.get("kernel") or {}
@@ -162,11 +168,13 @@ def normalise(record, default_run_id, manifest):
         "cycle": record["cycle"],
         "mode": record["mode"],
         "wake": _str(record.get("wake")),
+        "status": record["status"],
         "unfinished": not done,
-        "verdict": record["verdict"] if done else "hang",
+        "verdict": records_module.state_of(record),
         "expected_verdict": record.get("expected_verdict") or "pass",
         "phase": _str(record.get("phase")) if done else None,
         "reason": _str(record.get("reason")) if done else "only the \"started\" line: the cycle never finished",
+        "failed_callbacks": records_module.failed_callbacks(record) if done else [],
         "host_start": _str(record.get("host_start")),
         "start": epoch(record.get("host_start")),
         "suspend_ms": _number(record.get("suspend_ms")),
@@ -281,49 +289,26 @@ def _check(record, path, number, inputs):
 
 
 def read_cycles_file(path, inputs, manifest):
-    """{(run id, cycle): (normalised cycle, raw record)} of one file."""
+    """{(run id, cycle): (normalised cycle, raw record)} of one file, read by
+    lab.records.read_cycles; what it skips is reported with its line."""
     default_run_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    latest, rejected = {}, {}
+    if not os.access(path, os.R_OK):
+        inputs.error(path, None, "unreadable: permission denied")
+        return {}
+    excluded = []
     try:
-        source = open(path, "rb")
+        kept = records_module.read_cycles(path, problem=lambda number, message: inputs.error(path, number, message),
+                                          check=lambda record, number: _check(record, path, number, inputs),
+                                          excluded=excluded)
     except OSError as error:
         inputs.error(path, None, f"unreadable: {error}")
         return {}
-    with source:
-        for number, raw in enumerate(source, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
-                cut = "" if raw.endswith(b"\n") else " (no newline: cut short)"
-                inputs.error(path, number, f"not JSON{cut}: {error}")
-                continue
-            if not isinstance(record, dict):
-                inputs.error(path, number, f"not a JSON object but {type(record).__name__}")
-                continue
-            run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
-                else default_run_id
-            cycle = record.get("cycle")
-            key = (run_id, cycle) if isinstance(cycle, int) and not isinstance(cycle, bool) else None
-            if not _check(record, path, number, inputs):
-                if key is not None:
-                    rejected[key] = number
-                continue
-            if key in latest and latest[key][1]["status"] == "done" and record["status"] == "started":
-                continue  # a done line is never superseded by a started one
-            latest[key] = (normalise(record, default_run_id, manifest), record)
-            if record["status"] == "done":
-                rejected.pop(key, None)
+    inputs.excluded += len(excluded)  # its last word was unreadable: neither counted nor called unfinished
     out = {}
-    for key, entry in latest.items():
-        if key in rejected and entry[1]["status"] != "done":
-            inputs.excluded += 1  # its last word was unreadable: neither counted nor called a hang
-            continue
-        out[key] = entry
-    for key in rejected:
-        if key not in latest:
-            inputs.excluded += 1
+    for record in kept:
+        run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
+            else default_run_id
+        out[(run_id, record["cycle"])] = (normalise(record, default_run_id, manifest), record)
     return out
 
 
@@ -335,27 +320,27 @@ def load(paths):
     """Inputs read from run directories / results directories / cycles files."""
     inputs = Inputs()
     merged = {}
-    for cycles_path in find_run_dirs(paths, inputs):
-        run_dir = os.path.dirname(cycles_path)
+    for cycles_file in find_run_dirs(paths, inputs):
+        run_dir = os.path.dirname(cycles_file)
         manifest = _read_json_file(os.path.join(run_dir, "manifest.json"), schemas.RUN_MANIFEST, inputs)
         _read_json_file(os.path.join(run_dir, "summary.json"), schemas.RUN_SUMMARY, inputs)
-        for key, (cycle, record) in read_cycles_file(cycles_path, inputs, manifest).items():
+        for key, (cycle, record) in read_cycles_file(cycles_file, inputs, manifest).items():
             if manifest:
                 runs = inputs.manifests.setdefault(key[0], [])
                 if manifest not in runs:
                     runs.append(manifest)
             previous = merged.get(key)
             if previous is None:
-                merged[key] = (cycle, record, cycles_path)
+                merged[key] = (cycle, record, cycles_file)
                 continue
             # The same cycle in two files: keep the finished one, else the
             # same one whatever the order the files were named in.
             rank = (record["status"] != "done", _canonical(record))
             previous_rank = (previous[1]["status"] != "done", _canonical(previous[1]))
             if record["status"] == previous[1]["status"] == "done" and rank != previous_rank:
-                first, second = sorted([previous[2], cycles_path])
+                first, second = sorted([previous[2], cycles_file])
                 inputs.error(second, None, f"cycle {key[1]} of run {key[0]} is also in {first}, differently")
             if rank < previous_rank:
-                merged[key] = (cycle, record, cycles_path)
+                merged[key] = (cycle, record, cycles_file)
     inputs.cycles = [merged[key][0] for key in sorted(merged, key=lambda k: (k[0], k[1]))]
     return inputs

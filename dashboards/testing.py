@@ -23,8 +23,9 @@ STARTED_FIELDS = ("run_id", "cycle", "mode", "wake", "pm_test", "guest", "host_s
 
 def recorded_records():
     """The recorded final records, in file order (deep copies)."""
-    with open(os.path.join(RECORDINGS, "cycles.jsonl")) as source:
-        return [json.loads(line) for line in source if line.strip()]
+    from lab.records import cycles_path, read_cycles
+
+    return read_cycles(cycles_path(RECORDINGS))
 
 
 def with_callbacks(records):
@@ -99,7 +100,7 @@ def write_run(results_root, run_id, records, manifest=None, summary=True):
 
 
 def manifest(commit, series_hash="none", variant="baseline", host="lab-host"):
-    """A run manifest as dashboards.manifest.collect() writes it."""
+    """A run manifest as lab.manifest.collect() writes it."""
     return {
         "schema": "pmlab-run-manifest/1", "run_id": None, "shard": None,
         "project": {"commit": commit, "dirty": False},

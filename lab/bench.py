@@ -20,9 +20,13 @@ the next SUSPEND event (resume + the next suspend); a harness cycle is the
 wall time of Session.cycle() (request, suspend, wake, resume, the guest's
 report, parsing, judging, both records written and fsynced).
 Ratio = mean harness / mean raw; target <= 1.10.
+
+The numbers also go to <results>/bench.json (summarize(), read back with
+read_result(): pipelines/soak takes them from there, not from the text).
 """
 
 import argparse
+import json
 import os
 import statistics
 import shutil
@@ -39,6 +43,7 @@ from lab.records import RunDir, new_run_id
 from lab.session import Session
 
 TARGET = 1.10
+RESULT_FILE = "bench.json"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -132,6 +137,38 @@ def run_interleaved(found, cycles, uri, results):
     return raw_times, harness_times, rundir
 
 
+def summarize(raw_times, harness_times, run_dir, seconds):
+    """The benchmark's numbers (seconds per cycle) as a dict."""
+    def side(times):
+        return {"cycles": len(times), "mean": round(statistics.mean(times), 4),
+                "median": round(statistics.median(times), 4), "min": round(min(times), 4),
+                "max": round(max(times), 4)}
+    raw, harness = side(raw_times), side(harness_times)
+    ratio = statistics.mean(harness_times) / statistics.mean(raw_times)
+    return {"raw": raw, "harness": harness, "ratio": round(ratio, 4),
+            "median_ratio": round(statistics.median(harness_times) / statistics.median(raw_times), 4),
+            "target": TARGET, "within_target": ratio <= TARGET, "run_dir": run_dir, "seconds": round(seconds)}
+
+
+def write_result(results, result):
+    path = os.path.join(results, RESULT_FILE)
+    temporary = f"{path}.{os.getpid()}"
+    with open(temporary, "w") as out:
+        json.dump(result, out, indent=2, sort_keys=True)
+        out.write("\n")
+    os.replace(temporary, path)
+
+
+def read_result(results):
+    """The numbers of the last lab.bench run under `results`, or None."""
+    try:
+        with open(os.path.join(results, RESULT_FILE)) as source:
+            result = json.load(source)
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="lab/bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,17 +195,17 @@ def main(argv=None):
     except RuntimeError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
-    raw, harness = statistics.mean(raw_times), statistics.mean(harness_times)
-    median_ratio = statistics.median(harness_times) / statistics.median(raw_times)
-    print(f"raw QEMU+QMP S3 loop : {raw:.3f} s/cycle (median {statistics.median(raw_times):.3f}, "
-          f"min {min(raw_times):.3f}, max {max(raw_times):.3f})")
-    print(f"pmlab harness S3     : {harness:.3f} s/cycle (median {statistics.median(harness_times):.3f}, "
-          f"min {min(harness_times):.3f}, max {max(harness_times):.3f}; records: {rundir.path})")
-    ratio = harness / raw
-    verdict = "OK" if ratio <= TARGET else "OVER TARGET"
-    print(f"ratio harness/raw    : {ratio:.3f} of means (target <= {TARGET:.2f}) {verdict}; "
-          f"{median_ratio:.3f} of medians; benchmark took {time.time() - started:.0f}s")
-    return 0 if ratio <= TARGET else 1
+    result = summarize(raw_times, harness_times, rundir.path, time.time() - started)
+    write_result(args.results, result)
+    raw, harness = result["raw"], result["harness"]
+    print(f"raw QEMU+QMP S3 loop : {raw['mean']:.3f} s/cycle (median {raw['median']:.3f}, "
+          f"min {raw['min']:.3f}, max {raw['max']:.3f})")
+    print(f"pmlab harness S3     : {harness['mean']:.3f} s/cycle (median {harness['median']:.3f}, "
+          f"min {harness['min']:.3f}, max {harness['max']:.3f}; records: {rundir.path})")
+    verdict = "OK" if result["within_target"] else "OVER TARGET"
+    print(f"ratio harness/raw    : {result['ratio']:.3f} of means (target <= {TARGET:.2f}) {verdict}; "
+          f"{result['median_ratio']:.3f} of medians; benchmark took {result['seconds']}s")
+    return 0 if result["within_target"] else 1
 
 
 if __name__ == "__main__":

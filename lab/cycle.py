@@ -34,7 +34,7 @@ from lab import console, guest_report, pmtest_log, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
-from lab.records import iso
+from lab.records import RECORD_VERSION, hang_dump_path, iso, report_path
 
 RTC_WAKE_SECONDS = 2
 # guest/init prints this when the swap disk held no image: the boot was fresh,
@@ -230,38 +230,45 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     result["wakeup_sources_delta"] = guest_report.wakeup_delta(
         guest_report.wakeup_sources(sysfs_before), guest_report.wakeup_sources(sysfs_after))
     result["phases"] = trace.phases_reached(events_trace)
-    # Per device, in order: [callback, microseconds, error] (the report keeps the full trace).
+    # Per device ("name (driver)", trace.device_id), in order: [callback,
+    # microseconds, error] (the report keeps the full trace).
     result["callbacks"] = {device: [[call["cb"], call["us"], call["err"]] for call in calls]
                            for device, calls in sequences.items()}
     result["pmtest"] = pmtest_log.by_device(pmtest_entries)
     result["trace_events"] = len(events_trace)
 
+    failed = trace.failed_callbacks(sequences)
+    if failed:  # as fields, for the buckets; the reason says it in words
+        result["failed_callbacks"] = [{"device": device, "cb": cb, "err": err} for device, cb, err in failed]
     entered = int(enter.get("status", "1"))
     result["enter_status"] = entered
     if entered != 0:
         phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
-        failed = trace.failed_callbacks(sequences)
         if not phase and failed:
             phase = trace.phase_of(failed[0][1])
         result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
                       reason=f"writing '{mode.state}' to /sys/power/state failed: "
                              f"{enter.get('error') or 'status ' + str(entered)}"
-                             + (f"; failed callbacks: {failed}" if failed else ""))
+                             + (f"; failed callbacks: {_described(failed)}" if failed else ""))
         return result
 
     missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
-    failed = trace.failed_callbacks(sequences)
     if missing:
         result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing))
     elif failed:
         result.update(verdict="fail", phase=trace.phase_of(failed[0][1]),
-                      reason=f"callbacks returned errors: {failed}")
+                      reason=f"callbacks returned errors: {_described(failed)}")
     elif result["problems"]:
         result.update(verdict="fail", phase=result.get("last_phase") or "resume",
                       reason=f"kernel reported problems: {result['problems'][:5]}")
     else:
         result.update(verdict="pass", phase=None, reason=None)
     return result
+
+
+def _described(failed):
+    """Failed callbacks in words: "PNP0A06:01 (acpi) [suspend] -5, ..."."""
+    return ", ".join(f"{device} {cb} {err}" for device, cb, err in failed)
 
 
 def _proof(mode, steps, token, boot_id, counts, before, after, result):
@@ -321,7 +328,8 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     "guest_usable" is False when the guest must be replaced (hang, lab error)."""
     watchdogs = watchdogs or Watchdogs()
     started = time.time()
-    record = {"run_id": rundir.run_id, "cycle": number, "status": "started", "mode": mode.name,
+    record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "started",
+              "mode": mode.name,
               "wake": mode.wake, "pm_test": mode.pm_test, "guest": guest.name,
               "host_start": iso(started), "knobs": [list(k) for k in knobs],
               "guest_boot_id": guest.boot_id}
@@ -378,7 +386,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
             dump.append("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")))
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
-        dump_path = rundir.write_file(f"hang-cycle{number}-{guest.name}.txt", "\n".join(dump) + "\n")
+        dump_path = rundir.write_file(hang_dump_path(number, guest.name), "\n".join(dump) + "\n")
         record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
                       hang_dump=dump_path, guest_usable=False,
                       problems=console.problems(evidence))
@@ -388,7 +396,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
                       guest_usable=False)
     elif "verdict" not in record:
         if reply is not None:  # the full report (whole trace buffer) stays next to the record
-            record["report"] = rundir.write_file(f"reports/cycle{number}.txt.gz", reply.output, compress=True)
+            record["report"] = rundir.write_file(report_path(number), reply.output, compress=True)
         record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
                             events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         # Callback order against the seed's rules (lab/oracle): a cycle that

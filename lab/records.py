@@ -1,11 +1,33 @@
-"""results/<run-id>/cycles.jsonl and summary.json.
+"""The results core: the cycle record, results/<run-id>/cycles.jsonl and
+summary.json. The layers above lab (the dashboard, the pipelines) read,
+write and count cycle records through this module only.
 
-Each cycle is appended twice: once as it starts (status "started") and once
-when it ends (status "done", same cycle number: it supersedes the first).
-Every line is flushed and fsynced as written, so a guest or host that dies
+The file. Each cycle is appended twice: once as it starts (status
+"started") and once when it ends (status "done", same cycle number). Every
+line is flushed and fsynced as written, so a guest or host that dies
 mid-cycle still leaves that cycle's "started" line. Several processes
-(pytest-xdist workers) append to one file: each line is one write() under an
-exclusive lock. Nothing is ever rewritten in place.
+(pytest-xdist workers) append to one file: each batch of lines is one
+write() under an exclusive lock. Nothing is ever rewritten in place.
+append_records() is the one writer, read_cycles() the one reader.
+
+Which line of a cycle counts (read_cycles): a "done" line supersedes
+anything before it, a later "done" line an earlier one (a re-judged cycle);
+a "started" line never supersedes a "done" one (a cycle number reused by a
+restarted writer cannot erase a result) and replaces only another
+"started" line.
+
+An unfinished cycle is one whose last word is its "started" line: the
+harness is still running it, or was killed before it could write the end.
+It is counted as "unfinished" (never as hang, fail or error), is not passed,
+and counts against the pass rate. A pipeline that knows the harness is gone
+(pipelines/nightly, when importing a killed chunk) closes it with
+close_interrupted(): verdict error, phase "interrupted".
+
+The pass rate (pass_rate) is pass / (pass + fail + hang + unfinished) over
+the cycles not made to fail on purpose (expected_verdict other than pass:
+"injected"); "error" (the lab failed, not the kernel) is counted but not
+judged. Its interval is Wilson's score interval at 95 %. Percentiles are
+nearest-rank (nearest_rank()).
 """
 
 import datetime
@@ -13,11 +35,20 @@ import errno
 import fcntl
 import gzip
 import json
+import math
 import os
+import re
 import statistics
 import time
 
 VERDICTS = ("pass", "fail", "hang", "error")
+UNFINISHED = "unfinished"
+STATES = VERDICTS + (UNFINISHED,)  # what a cycle can end up as; each cycle counts as exactly one
+JUDGED = ("pass", "fail", "hang", UNFINISHED)  # the pass rate's denominator
+Z95 = 1.959963984540054
+# Record shape version: 2 keys callbacks by device identity (trace.device_id:
+# "name (driver)"), and a failed cycle carries failed_callbacks as fields.
+RECORD_VERSION = 2
 
 
 class ResultsWriteError(Exception):
@@ -39,6 +70,14 @@ def iso(epoch):
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+CYCLES_FILE = "cycles.jsonl"
+
+
+def cycles_path(run_dir):
+    """A run directory's cycles.jsonl: the file only this module reads and writes."""
+    return os.path.join(run_dir, CYCLES_FILE)
+
+
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
@@ -46,7 +85,7 @@ class RunDir:
         self.run_id = run_id
         self.path = os.path.join(results_root, run_id)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
-        self.cycles_path = os.path.join(self.path, "cycles.jsonl")
+        self.cycles_path = cycles_path(self.path)
         self.summary_path = os.path.join(self.path, "summary.json")
         link = os.path.join(results_root, "latest")
         temporary = f"{link}.{os.getpid()}"
@@ -60,26 +99,7 @@ class RunDir:
         return os.path.join(self.path, *parts)
 
     def append(self, record):
-        """Append one record as one line. A line the disk cannot take whole
-        is cut off again (ResultsWriteError), so no half line is left."""
-        line = (json.dumps(record, sort_keys=False) + "\n").encode()
-        try:
-            fd = os.open(self.cycles_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise results_write_error(self.cycles_path, error) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            try:
-                written = os.write(fd, line)
-                if written != len(line):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                os.fsync(fd)
-            except OSError as error:
-                os.ftruncate(fd, size)
-                raise results_write_error(self.cycles_path, error) from None
-        finally:
-            os.close(fd)
+        append_records(self.cycles_path, [record])
 
     def write_file(self, relative, text, compress=False):
         """Write a cycle's side file (report, hang dump) whole or not at all
@@ -120,25 +140,220 @@ class RunDir:
         return summary
 
 
-def read_cycles(path):
-    """The latest record of every cycle, in cycle order. A line cut short by a
-    crash, or one that is not a record (no integer "cycle"), is skipped; a
-    cycle with only its "started" line stays "started". The dashboard's reader
-    (dashboards/inputs.py) reports such lines with file and line number."""
-    latest = {}
+def append_records(path, records):
+    """The one writer of a cycles.jsonl: append records, one JSON line each,
+    in one write() under an exclusive lock, fsynced. What the disk cannot
+    take whole is cut off again (ResultsWriteError): no half line is left."""
+    data = "".join(json.dumps(record, sort_keys=False) + "\n" for record in records).encode()
     try:
-        with open(path, "rb") as source:
-            for raw in source:
-                try:
-                    record = json.loads(raw)
-                except (ValueError, RecursionError):
-                    continue
-                if not isinstance(record, dict) or type(record.get("cycle")) is not int:
-                    continue
-                latest[record["cycle"]] = record
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise results_write_error(path, error) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        except OSError as error:
+            os.ftruncate(fd, size)
+            raise results_write_error(path, error) from None
+    finally:
+        os.close(fd)
+
+
+def write_cycles(path, records):
+    """A whole new cycles.jsonl holding `records` (merge, the LAVA import):
+    written beside it through append_records, then renamed into place, so a
+    reader sees the old file or the new one, never half of it."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
+    append_records(temporary, records)
+    os.replace(temporary, path)
+
+
+def is_done(record):
+    return record.get("status") == "done"
+
+
+def supersedes(new, old):
+    """Does line `new` of a cycle replace the line `old` kept so far?"""
+    return old is None or is_done(new) or not is_done(old)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def read_cycles(path, problem=None, check=None, excluded=None):
+    """The one reader of a cycles.jsonl: the line that counts of every cycle
+    (see supersedes()), in cycle order; [] if there is no file.
+
+    A line that is not JSON (cut short by a crash), not an object or without
+    an integer "cycle" is skipped and reported as problem(line number,
+    message) when given. check(record, line number) -> bool, when given,
+    validates further (the dashboard's schema, which reports for itself); a
+    line it refuses is skipped, and a cycle whose last word was such a line
+    (with no "done" line accepted) is left out altogether, its number
+    appended to `excluded`: neither counted nor called unfinished."""
+    problem = problem or (lambda number, message: None)
+    kept, refused = {}, {}
+    try:
+        source = open(path, "rb")
     except FileNotFoundError:
         return []
-    return [latest[number] for number in sorted(latest)]
+    with source:
+        for number, raw in enumerate(source, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
+                cut = "" if raw.endswith(b"\n") else " (no newline: cut short)"
+                problem(number, f"not JSON{cut}: {error}")
+                continue
+            if not isinstance(record, dict):
+                problem(number, f"not a JSON object but {type(record).__name__}")
+                continue
+            cycle = record.get("cycle")
+            if check is not None and not check(record, number):
+                if _is_int(cycle):
+                    refused[cycle] = number
+                continue
+            if not _is_int(cycle):
+                problem(number, "no integer \"cycle\": not a cycle record")
+                continue
+            if supersedes(record, kept.get(cycle)):
+                kept[cycle] = record
+                if is_done(record):
+                    refused.pop(cycle, None)
+    for cycle in sorted(refused):
+        if not is_done(kept.get(cycle, {})):
+            kept.pop(cycle, None)
+            if excluded is not None:
+                excluded.append(cycle)
+    return [kept[cycle] for cycle in sorted(kept)]
+
+
+def close_interrupted(record, when=None):
+    """A cycle with only its "started" line whose harness is known to be gone,
+    closed as the lab's error (verdict error, phase "interrupted")."""
+    closed = dict(record)
+    closed.update(status="done", verdict="error", phase="interrupted",
+                  reason="interrupted: the run stopped before this cycle finished")
+    if when is not None:
+        closed.setdefault("host_end", iso(when))
+    return closed
+
+
+# ------------------------------------------------------------------ side files
+
+def report_path(number):
+    """A cycle's full guest report, relative to its run directory."""
+    return f"reports/cycle{number}.txt.gz"
+
+
+def hang_dump_path(number, guest):
+    return f"hang-cycle{number}-{guest}.txt"
+
+
+SIDE_FILES = ("report", "hang_dump")
+
+
+def renumbered_side_files(record, number):
+    """{field: new relative path} of the record's side files once its cycle
+    is renumbered to `number` (pipelines/nightly imports chunks under their
+    plan numbers): the "cycle<N>" in the names above becomes the new number."""
+    old = re.compile(rf"cycle{record.get('cycle')}(?!\d)")
+    return {field: old.sub(f"cycle{number}", record[field]) for field in SIDE_FILES
+            if isinstance(record.get(field), str) and record[field] and not os.path.isabs(record[field])}
+
+
+# ------------------------------------------------------------------ failed callbacks
+
+# "[('pmtest_legacy.6', 'bus[suspend]', -5)]" as records before version 2 wrote
+# failed callbacks into the reason text.
+_OLD_FAILED_CALLBACK = re.compile(r"\('(?P<device>[^']*)', '(?P<cb>[^']*)', (?P<err>-?\d+)\)")
+
+
+def failed_callbacks(record):
+    """[{"device", "cb", "err"}] of the callbacks that failed, first first:
+    the record's own field, or, for a record before version 2, read back
+    from its reason text (this module's writer put it there)."""
+    found = record.get("failed_callbacks")
+    if isinstance(found, list):
+        return [call for call in found if isinstance(call, dict) and isinstance(call.get("device"), str)
+                and _is_int(call.get("err"))]
+    reason = record.get("reason")
+    if not isinstance(reason, str):
+        return []
+    return [{"device": m["device"], "cb": m["cb"], "err": int(m["err"])}
+            for m in _OLD_FAILED_CALLBACK.finditer(reason)]
+
+
+# ------------------------------------------------------------------ counting
+
+def state_of(record):
+    """What the cycle counts as: its verdict once done (a done record without
+    a valid verdict is damaged: the lab's error), else "unfinished"."""
+    if not is_done(record):
+        return UNFINISHED
+    return record.get("verdict") if record.get("verdict") in VERDICTS else "error"
+
+
+def injected(record):
+    """Made to fail on purpose (lab/session.py sets expected_verdict)."""
+    return (record.get("expected_verdict") or "pass") != "pass"
+
+
+def did_as_expected(record):
+    """Passed, or, for an injected cycle, reached the verdict it was made for."""
+    return state_of(record) == (record.get("expected_verdict") or "pass")
+
+
+def verdict_counts(records):
+    """{state: cycles} over STATES: every cycle counted exactly once."""
+    counts = dict.fromkeys(STATES, 0)
+    for record in records:
+        counts[state_of(record)] += 1
+    return counts
+
+
+def wilson(successes, trials, z=Z95):
+    """Wilson score interval [low, high] for a binomial proportion, or None."""
+    if trials <= 0:
+        return None
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+PASS_RATE_DEFINITION = ("pass / (pass + fail + hang + unfinished); lab errors and cycles failed on "
+                        "purpose (injected) are counted but not judged; ci95: Wilson score interval")
+
+
+def pass_rate(records):
+    """The one pass rate: {"passed", "judged", "injected", "rate", "ci95"}
+    (rate and ci95 None when nothing was judged)."""
+    natural = [r for r in records if not injected(r)]
+    states = [state_of(r) for r in natural]
+    passed = states.count("pass")
+    judged = sum(state in JUDGED for state in states)
+    return {"passed": passed, "judged": judged, "injected": len(records) - len(natural),
+            "rate": round(passed / judged, 4) if judged else None, "ci95": wilson(passed, judged)}
+
+
+def nearest_rank(ordered, fraction):
+    """The nearest-rank percentile of an already sorted, non-empty list."""
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
 
 
 def _stats(values):
@@ -151,21 +366,14 @@ def _stats(values):
 
 
 def summarize(records):
-    """Counts and rates over all cycles and per mode."""
+    """Counts and the pass rate over all cycles and per mode."""
     def block(group):
-        counts = {verdict: 0 for verdict in VERDICTS}
-        counts["unfinished"] = 0
-        for record in group:
-            if record.get("status") != "done":
-                counts["unfinished"] += 1
-            else:  # a done record without a verdict is damaged: the lab's error
-                verdict = record.get("verdict") if record.get("verdict") in VERDICTS else "error"
-                counts[verdict] += 1
-        total = len(group)
+        rate = pass_rate(group)
         return {
-            "cycles": total,
-            "counts": counts,
-            "pass_rate": round(counts["pass"] / total, 4) if total else None,
+            "cycles": len(group),
+            "counts": verdict_counts(group),
+            "pass_rate": rate["rate"],
+            "pass_rate_ci95": rate["ci95"],
             "host_seconds": _stats([r.get("host_seconds") for r in group]),
             "suspend_ms": _stats([r.get("suspend_ms") for r in group]),
             "resume_ms": _stats([r.get("resume_ms") for r in group]),
@@ -178,11 +386,11 @@ def summarize(records):
     # A cycle made to fail on purpose (e.g. an injected hang) carries
     # expected_verdict; only cycles that did not do what was expected count here.
     summary["failed_cycles"] = [
-        {"cycle": r["cycle"], "mode": r.get("mode"), "verdict": r.get("verdict", "unfinished"),
+        {"cycle": r["cycle"], "mode": r.get("mode"), "verdict": state_of(r),
          "phase": r.get("phase"), "reason": r.get("reason")}
-        for r in records if r.get("verdict", "unfinished") != r.get("expected_verdict", "pass")]
+        for r in records if not did_as_expected(r)]
     summary["expected_non_pass"] = [
         {"cycle": r["cycle"], "verdict": r["verdict"], "phase": r.get("phase")}
-        for r in records if r.get("expected_verdict", "pass") != "pass" and r.get("verdict") == r["expected_verdict"]]
+        for r in records if injected(r) and did_as_expected(r)]
     summary["written"] = iso(time.time())
     return summary

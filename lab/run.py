@@ -15,6 +15,7 @@ import os
 import sys
 
 from lab import artifacts as artifacts_mod
+from lab import manifest as manifest_mod
 from lab import modes as modes_mod
 from lab import virt
 from lab.cycle import rss_kib, watchdogs_from
@@ -81,8 +82,7 @@ def write_manifest(rundir, artifacts_dir):
     """<run dir>/manifest.json: commit, kernel, QEMU/OVMF/libvirt versions, so
     the dashboard can place the run. Best effort: it never stops a run."""
     try:
-        from dashboards.manifest import write_manifest as write
-        write(rundir.path, artifacts_dir, None, rundir.run_id)
+        manifest_mod.write_manifest(rundir.path, artifacts_dir, None, rundir.run_id)
     except Exception as error:
         print(f"lab.run: manifest.json not written: {type(error).__name__}: {error}", file=sys.stderr)
 

@@ -98,8 +98,26 @@ def phases_reached(events):
     return seen
 
 
+def device_id(driver, name):
+    """A device's identity: its name and its driver/bus string, "name (driver)".
+    Names alone are not unique: an ACPI companion and its device share one
+    (PNP0A06:01 on acpi and on container). The same form as
+    lab/oracle/observe.py's."""
+    driver = driver.strip()
+    return f"{name} ({driver})" if driver else name
+
+
+def split_device_id(identity):
+    """device_id() read back: (name, driver or None). A bare name (records
+    before version 2 keyed devices by name only) has no driver."""
+    if identity.endswith(")") and " (" in identity:
+        name, _, driver = identity[:-1].rpartition(" (")
+        return name, driver
+    return identity, None
+
+
 def callbacks(events):
-    """Per device, its PM callbacks in order:
+    """Per device (device_id()), its PM callbacks in order:
     {device: [{"cb": "<info>[<verb>]", "driver": d, "t": ts, "us": duration, "err": n}, ...]}
     Starts and ends pair per device (async suspend interleaves devices). A
     start without an end (a callback that never returned) has us/err None."""
@@ -112,13 +130,15 @@ def callbacks(events):
                 continue
             call = {"cb": f"{match['info'].strip()}[{match['verb']}]", "driver": match["driver"],
                     "t": event.ts, "us": None, "err": None}
-            sequences.setdefault(match["device"], []).append(call)
-            open_calls.setdefault(match["device"], []).append(call)
+            device = device_id(match["driver"], match["device"])
+            sequences.setdefault(device, []).append(call)
+            open_calls.setdefault(device, []).append(call)
         elif event.name == "device_pm_callback_end":
             match = CALLBACK_END.match(event.body)
-            if not match or not open_calls.get(match["device"]):
+            device = match and device_id(match["driver"], match["device"])
+            if not match or not open_calls.get(device):
                 continue
-            call = open_calls[match["device"]].pop()
+            call = open_calls[device].pop()
             call["us"] = round((event.ts - call["t"]) * 1e6, 1)
             call["err"] = int(match["err"])
     return sequences
@@ -128,7 +148,7 @@ EAGAIN = -11
 
 
 def failed_callbacks(sequences):
-    """(device, callback, err) for each callback that returned an error.
+    """(device id, callback, err) for each callback that returned an error.
     ->prepare returning -EAGAIN is no failure: the PM core prepares the
     device again at once.  Its trace label carries no info ("[suspend]"),
     which only ->prepare and ->complete have."""

@@ -37,7 +37,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipelines.common import PYTHON, REPO, build_lock, log, run  # noqa: E402
+from pipelines.common import PYTHON, REPO, log, run  # noqa: E402
 
 PROG = "bisect"
 ABORT = 128
@@ -115,8 +115,7 @@ def step(args):
     build_dir = os.path.abspath(args.build_dir)
     seed_tree(build_dir)
     env = {"PMLAB_SERIES_DIR": series_dir, "PMLAB_BUILD": build_dir}
-    with build_lock(PROG):
-        code = run([os.path.join(REPO, "kernel", "build")], prefix="build", env=env)
+    code = run([os.path.join(REPO, "kernel", "build")], prefix="build", env=env)  # kernel/build takes the build lock
     log(PROG, f"step: kernel/build exit {code} ({time.monotonic() - started:.1f} s)")
     if code:
         return 1

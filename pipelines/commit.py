@@ -38,7 +38,8 @@ if __package__ in (None, ""):
 
 from pipelines import compare as compare_mod  # noqa: E402
 from pipelines import junit as junit_mod  # noqa: E402
-from pipelines.common import (PYTHON, REPO, Stages, build_lock, log, module_available,  # noqa: E402
+from lab.records import cycles_path  # noqa: E402
+from pipelines.common import (PYTHON, REPO, Stages, log, module_available,  # noqa: E402
                               read_json, read_records, run, stamp, write_json, write_run_manifest)
 
 PROG = "commit"
@@ -118,7 +119,7 @@ def pipeline_runs(results):
     for name in os.listdir(results) if os.path.isdir(results) else ():
         path = os.path.join(results, name)
         marker = read_json(os.path.join(path, MARKER)) if not os.path.islink(path) else None
-        if marker and marker.get("pipeline") == "commit" and os.path.isfile(os.path.join(path, "cycles.jsonl")):
+        if marker and marker.get("pipeline") == "commit" and os.path.isfile(cycles_path(path)):
             found.append((marker.get("started_epoch", 0), path))
     return [path for _, path in sorted(found)]
 
@@ -137,7 +138,7 @@ def previous_run(results, current_id):
             continue
         if marker.get("started_epoch", 0) >= before:
             continue
-        if not os.path.isfile(os.path.join(path, "cycles.jsonl")):
+        if not os.path.isfile(cycles_path(path)):
             continue
         candidates.append((marker.get("started_epoch", 0), name, path))
     for _, _, path in sorted(candidates, reverse=True):
@@ -207,8 +208,7 @@ def main(argv=None):
         current, why = kernel_current(artifacts)
         if not skipped(entry, current, why):
             log(PROG, f"building the kernel ({why})")
-            with build_lock(PROG):
-                code = run([os.path.join(REPO, "kernel", "build")], prefix="build")
+            code = run([os.path.join(REPO, "kernel", "build")], prefix="build")  # kernel/build takes the build lock
             if code:
                 entry["status"], entry["note"] = "failed", f"kernel/build exit {code}"
     if stages.done[-1]["status"] == "failed":

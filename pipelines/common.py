@@ -3,7 +3,6 @@ running a command with its output streamed, reading a run directory."""
 
 import contextlib
 import datetime
-import fcntl
 import json
 import os
 import subprocess
@@ -12,7 +11,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"  # the Debian interpreter (libvirt, pytest, jinja2)
-BUILD_LOCK = "/tmp/pmlab-kernel-build.lock"
+# One kernel build at a time on this machine: kernel/build takes that lock
+# itself (kernel/tree.sh build_lock), so the pipelines just call it.
 
 
 def log(prog, message):
@@ -82,36 +82,6 @@ def run(argv, prefix=None, env=None, cwd=None):
             continue
 
 
-def kernel_build_locks_itself():
-    """kernel/build takes /tmp/pmlab-kernel-build.lock itself (kernel/tree.sh
-    build_lock, since commit 79d1d22): holding it around kernel/build would
-    then deadlock."""
-    try:
-        with open(os.path.join(REPO, "kernel", "build")) as source:
-            return "build_lock" in source.read()
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def build_lock(prog, path=BUILD_LOCK):
-    """flock(path): one kernel build at a time on this machine. A no-op when
-    kernel/build locks by itself (the same lock file, see above)."""
-    if kernel_build_locks_itself():
-        yield
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(prog, f"waiting for {path} (another kernel build holds it)")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def read_json(path, default=None):
     try:
         with open(path) as source:
@@ -131,24 +101,20 @@ def write_json(path, data):
 def read_records(run_dir):
     """The final record of every cycle of a run directory (lab.records)."""
     sys.path.insert(0, REPO) if REPO not in sys.path else None
-    from lab.records import read_cycles
-    return read_cycles(os.path.join(run_dir, "cycles.jsonl"))
+    from lab.records import cycles_path, read_cycles
+    return read_cycles(cycles_path(run_dir))
 
 
 def module_available(dotted):
-    """True if REPO/<dotted as a path>.py exists (the dashboards module may
-    not be written yet: callers skip it with a message instead of failing)."""
+    """True if REPO/<dotted as a path>.py exists."""
     return os.path.isfile(os.path.join(REPO, *dotted.split(".")) + ".py")
 
 
 def write_run_manifest(run_dir, artifacts, run_id, shard=None):
-    """<run_dir>/manifest.json through dashboards.manifest when that module is
-    there (what the run ran on: commit, kernel, QEMU/OVMF/libvirt, host).
-    Returns a note for the log; never raises."""
-    if not module_available("dashboards.manifest"):
-        return "dashboards/manifest.py not there: no manifest.json"
+    """<run_dir>/manifest.json (lab.manifest: what the run ran on: commit,
+    kernel, QEMU/OVMF/libvirt, host). Returns a note for the log; never raises."""
     try:
-        from dashboards.manifest import write_manifest
+        from lab.manifest import write_manifest
         manifest = write_manifest(run_dir, artifacts, shard if shard and shard[1] > 1 else None, run_id)
         return f"manifest.json ({len(manifest.get('errors') or [])} probe errors)"
     except Exception as error:  # the manifest must not stop a run

@@ -3,23 +3,26 @@
   regressions(previous_records, current_records) -> [finding, ...]
 
 A regression is
-  - a mode whose pass rate dropped (current pass/cycles below the previous
-    run's; a mode the previous run did not have is compared with 1.0), or
+  - a mode whose pass rate dropped (lab.records.pass_rate, the one
+    definition; a mode the previous run did not have is compared with 1.0), or
   - a failure bucket present now that the previous run did not have.
 A cycle made to fail on purpose (expected_verdict, as lab/session.py records
-for injected faults) counts as passed when it got that verdict, and gives no
-bucket; if it passed instead, that is bucket "expected-<verdict>-but-passed".
+for injected faults) is not in the rate and gives no bucket when it got that
+verdict; if it passed instead, that is bucket "expected-<verdict>-but-passed".
 No previous run (first run, or none with cycles) means nothing may fail:
 every bucket is new. Records are the final record of each cycle
-(lab.records.read_cycles); a cycle left with only its "started" line counts
-as not passed, bucket "hang-in-unfinished".
+(lab.records.read_cycles); a cycle left with only its "started" line is
+"unfinished": not passed, bucket "unfinished".
 
-Buckets come from dashboards/buckets.py when that module is importable (the
-dashboard and the gate then name failures alike), else from a local rule:
-"<verdict>-in-<phase>".
+Buckets come from dashboards/buckets.py (the dashboard and the gate name
+failures alike); a record the dashboard code cannot read falls back to a
+local rule, "<verdict>-in-<phase>".
 """
 
 import re
+
+from dashboards import buckets, inputs
+from lab import records as records_module
 
 _PHASE = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -32,7 +35,7 @@ def _phase_token(phase):
 def local_buckets(record):
     """Fallback classification: [] for a pass, else one bucket."""
     if record.get("status") != "done":
-        return ["hang-in-unfinished"]
+        return ["unfinished"]
     verdict = record.get("verdict")
     if verdict == "pass":
         return []
@@ -40,15 +43,7 @@ def local_buckets(record):
 
 
 def default_buckets():
-    """dashboards.buckets.classify on the dashboard's normalised cycle, or the
-    local rule if the dashboards module is not there (yet)."""
-    try:
-        from dashboards import buckets, inputs
-        if not hasattr(buckets, "classify") or not hasattr(inputs, "normalise"):
-            raise ImportError("dashboards.buckets.classify / inputs.normalise missing")
-    except ImportError:
-        return local_buckets
-
+    """dashboards.buckets.classify on the dashboard's normalised cycle."""
     def classify(record):
         try:
             return buckets.classify(inputs.normalise(record, record.get("run_id"), None))
@@ -57,11 +52,7 @@ def default_buckets():
     return classify
 
 
-def passed(record):
-    """Did the cycle do what was expected? Normally: pass. A cycle the lab
-    made fail on purpose carries expected_verdict (lab/session.py); reaching
-    that verdict is its pass, passing instead is not."""
-    return record.get("status") == "done" and record.get("verdict") == record.get("expected_verdict", "pass")
+passed = records_module.did_as_expected
 
 
 def provoked(record):
@@ -70,11 +61,12 @@ def provoked(record):
 
 
 def mode_rates(records):
-    """{mode: (passed, cycles)}"""
+    """{mode: (passed, judged)} of the modes with judged cycles (lab.records.pass_rate)."""
     rates = {}
-    for record in records:
-        done, total = rates.get(record["mode"], (0, 0))
-        rates[record["mode"]] = (done + passed(record), total + 1)
+    for mode in sorted({record["mode"] for record in records}):
+        rate = records_module.pass_rate([record for record in records if record["mode"] == mode])
+        if rate["judged"]:
+            rates[mode] = (rate["passed"], rate["judged"])
     return rates
 
 

@@ -89,13 +89,14 @@ def write(records, run_id, path):
 
 
 def main(argv=None):
+    from lab.records import cycles_path
     from pipelines.common import read_records
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.junit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir")
     parser.add_argument("-o", "--output", help="default RUN_DIR/junit.xml")
     args = parser.parse_args(argv)
-    if not os.path.isfile(os.path.join(args.run_dir, "cycles.jsonl")):
+    if not os.path.isfile(cycles_path(args.run_dir)):
         print(f"junit: {args.run_dir} has no cycles.jsonl", file=sys.stderr)
         return 2
     output = args.output or os.path.join(args.run_dir, "junit.xml")

@@ -24,9 +24,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines.common import read_json, write_json  # noqa: E402
-from lab.records import read_cycles, summarize  # noqa: E402
-
-FILE_FIELDS = ("report", "hang_dump")
+from lab.records import SIDE_FILES, cycles_path, is_done, read_cycles, summarize, write_cycles  # noqa: E402
 
 
 class MergeError(ValueError):
@@ -46,7 +44,7 @@ def merge_records(shards):
             if number in merged:
                 if _canonical(merged[number]) == _canonical(record):
                     continue
-                done = [r.get("status") == "done" for r in (merged[number], record)]
+                done = [is_done(r) for r in (merged[number], record)]
                 if done == [False, True]:  # a finished record beats a "started" one
                     merged[number], origin[number] = record, name
                     continue
@@ -75,27 +73,24 @@ def merge(out_dir, shard_dirs, run_id=None):
     """Write the merged run directory; return its summary."""
     shards = []
     for directory in shard_dirs:
-        if not os.path.isfile(os.path.join(directory, "cycles.jsonl")):
+        if not os.path.isfile(cycles_path(directory)):
             raise MergeError(f"{directory} has no cycles.jsonl")
-        shards.append((directory, read_cycles(os.path.join(directory, "cycles.jsonl"))))
-    if os.path.exists(os.path.join(out_dir, "cycles.jsonl")):
+        shards.append((directory, read_cycles(cycles_path(directory))))
+    if os.path.exists(cycles_path(out_dir)):
         raise MergeError(f"{out_dir} already holds a run (cycles.jsonl): merge into a new directory")
     merged, origin = merge_records(shards)
     run_id = run_id or common_run_id(list(merged.values()))
     os.makedirs(os.path.join(out_dir, "console"), exist_ok=True)
-    lines = []
+    records = []
     for number in sorted(merged):
         record = dict(merged[number])
         record["run_id"] = run_id
-        lines.append(json.dumps(record) + "\n")
-        for field in FILE_FIELDS:
+        records.append(record)
+        for field in SIDE_FILES:
             path = record.get(field)
             if isinstance(path, str) and path and not os.path.isabs(path) and ".." not in path.split("/"):
                 _copy(os.path.join(origin[number], path), os.path.join(out_dir, path))
-    temporary = os.path.join(out_dir, f"cycles.jsonl.{os.getpid()}.tmp")
-    with open(temporary, "w") as out:
-        out.writelines(lines)
-    os.replace(temporary, os.path.join(out_dir, "cycles.jsonl"))
+    write_cycles(cycles_path(out_dir), records)
     for directory, _ in shards:
         console = os.path.join(directory, "console")
         for name in sorted(os.listdir(console)) if os.path.isdir(console) else ():
@@ -110,7 +105,7 @@ def merge(out_dir, shard_dirs, run_id=None):
         "run_id": run_id,
         "shards": [{"dir": os.path.abspath(d), "cycles": sorted(n for n, o in origin.items() if o == d)}
                    for d, _ in shards]})
-    summary = summarize([dict(merged[n], run_id=run_id) for n in sorted(merged)])
+    summary = summarize(records)
     summary["run_id"] = run_id
     summary["merged_from"] = len(shards)
     write_json(os.path.join(out_dir, "summary.json"), summary)

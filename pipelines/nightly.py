@@ -27,7 +27,6 @@ Exit: 0 every cycle passed, 1 some did not, 2 bad input or setup,
 import argparse
 import fcntl
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -41,7 +40,8 @@ if __package__ in (None, ""):
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
-from lab.records import ResultsWriteError, RunDir, read_cycles, summarize  # noqa: E402
+from lab.records import (ResultsWriteError, RunDir, close_interrupted, cycles_path, is_done,  # noqa: E402
+                         read_cycles, renumbered_side_files, state_of, summarize)
 
 PROG = "nightly"
 STATE = "nightly.json"
@@ -121,7 +121,7 @@ def chunk_records(chunk_dir):
         return None
     numbers = meta["numbers"]
     return [(record["cycle"], numbers[record["cycle"] - 1], record)
-            for record in read_cycles(os.path.join(chunk_dir, "cycles.jsonl"))
+            for record in read_cycles(cycles_path(chunk_dir))
             if 1 <= record["cycle"] <= len(numbers)]
 
 
@@ -135,18 +135,16 @@ def import_chunk(chunk_dir, rundir, run_id, now=None):
     imported = []
     # An import cut short (results disk full) is repeated on the rerun: the
     # cycles it already moved are not appended twice.
-    already = {r["cycle"] for r in read_cycles(rundir.cycles_path) if r.get("status") == "done"}
-    for local, number, record in found:
+    already = {r["cycle"] for r in read_cycles(rundir.cycles_path) if is_done(r)}
+    for _, number, record in found:
         if number in already:
             continue
+        renamed = renumbered_side_files(record, number)
         record = dict(record, run_id=run_id, cycle=number)
-        if record.get("status") != "done":
-            record = plan_mod.interrupted(record, now or time.time())
-        for field in ("report", "hang_dump"):
-            path = record.get(field)
-            if not isinstance(path, str) or not path or os.path.isabs(path):
-                continue
-            target = re.sub(rf"cycle{local}(?!\d)", f"cycle{number}", path)
+        if not is_done(record):  # its lab.run has ended: the harness is gone
+            record = close_interrupted(record, now or time.time())
+        for field, target in renamed.items():
+            path = record[field]
             source = os.path.join(chunk_dir, path)
             if os.path.exists(source):
                 os.makedirs(os.path.dirname(os.path.join(rundir.path, target)), exist_ok=True)
@@ -213,8 +211,7 @@ class Child:
 def progress(records, state, started, seconds_left):
     counts = {}
     for record in records:
-        verdict = record.get("verdict") if record.get("status") == "done" else "unfinished"
-        counts[verdict] = counts.get(verdict, 0) + 1
+        counts[state_of(record)] = counts.get(state_of(record), 0) + 1
     index, count = state["shard"]
     planned = len(plan_mod.shard_plan(tuple(state["shard"]), state["modes"], state["max_cycles"])) \
         if state["max_cycles"] else None
@@ -271,7 +268,7 @@ def soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard):
     records = read_cycles(rundir.cycles_path)
     last, unfinished = plan_mod.resume_point(records)
     for record in unfinished:  # "started" lines written straight into the run (none normally)
-        rundir.append(plan_mod.interrupted(record, time.time()))
+        rundir.append(close_interrupted(record, time.time()))
     records = read_cycles(rundir.cycles_path)
     state.setdefault("invocations", []).append({"started": stamp(), "after_cycle": last})
     write_json(state_path, state)

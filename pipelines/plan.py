@@ -12,14 +12,14 @@ its own number.
 
 Resume: a run directory's cycles.jsonl is the state. The cycles recorded
 there are done (a cycle with only its "started" line is closed as an error
-"interrupted"); a rerun continues with the plan's cycles after the highest
+"interrupted", lab.records.close_interrupted); a rerun continues with the plan's cycles after the highest
 recorded number.
 """
 
 import itertools
 import re
 
-from lab.records import iso
+from lab.records import is_done
 
 DEFAULT_MODES = ("mem", "freeze", "disk")
 # Seconds per cycle before this run has measured any (TCG, q35+OVMF), and per
@@ -99,20 +99,10 @@ def run_dir_name(run_id, shard):
     return run_id if count == 1 else f"{run_id}-shard{index}of{count}"
 
 
-def interrupted(record, when=None):
-    """A cycle with only its "started" line, closed as the lab's error."""
-    closed = dict(record)
-    closed.update(status="done", verdict="error", phase="interrupted",
-                  reason="interrupted: the run stopped before this cycle finished")
-    if when is not None:
-        closed.setdefault("host_end", iso(when))
-    return closed
-
-
 def resume_point(records):
     """(last recorded cycle number or 0, [records to close as interrupted])"""
     last = max((r["cycle"] for r in records), default=0)
-    return last, [r for r in records if r.get("status") != "done"]
+    return last, [r for r in records if not is_done(r)]
 
 
 def seconds_per_cycle(records):
@@ -120,7 +110,7 @@ def seconds_per_cycle(records):
     sums = {}
     for record in records:
         seconds = record.get("host_seconds")
-        if record.get("status") == "done" and isinstance(seconds, (int, float)):
+        if is_done(record) and isinstance(seconds, (int, float)):
             kind = "pm_test" if str(record["mode"]).startswith("pm_test") else record["mode"]
             total, count = sums.get(kind, (0.0, 0))
             sums[kind] = (total + seconds, count + 1)

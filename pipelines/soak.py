@@ -38,8 +38,8 @@ if __package__ in (None, ""):
 
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
-from dashboards.compute import nearest_rank, wilson  # noqa: E402
-from lab.records import read_cycles  # noqa: E402
+from lab import bench  # noqa: E402
+from lab.records import cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
 from pipelines.nightly import chunk_records  # noqa: E402
 
 PROG = "soak"
@@ -143,23 +143,26 @@ def merge_shards(args):
     out = os.path.join(args.results, args.run_id, "merged")
     shutil.rmtree(out, ignore_errors=True)
     present = [d for d in shard_dirs(args.results, args.run_id, args.guests)
-               if os.path.isfile(os.path.join(d, "cycles.jsonl"))]
+               if os.path.isfile(cycles_path(d))]
     if not present:
         raise SoakError(f"no shard of {args.run_id} recorded any cycle")
     merge(out, present, args.run_id)
     return out
 
 
-BENCH_RATIO = re.compile(r"ratio harness/raw\s*:\s*([0-9.]+)")
-
-
 def run_bench(artifacts, cycles, results):
-    """lab.bench on the soak's kernel: (ratio or None, its output lines)."""
+    """lab.bench on the soak's kernel: (ratio or None, its output lines). The
+    ratio is what lab.bench wrote (lab.bench.read_result), not its text."""
+    os.makedirs(results, exist_ok=True)
+    try:
+        os.unlink(os.path.join(results, bench.RESULT_FILE))  # an older bench's numbers are not this one's
+    except FileNotFoundError:
+        pass
     done = subprocess.run([PYTHON, "-m", "lab.bench", "--cycles", str(cycles), "--artifacts", artifacts,
                            "--results", results], cwd=REPO, capture_output=True, text=True)
     lines = (done.stdout + done.stderr).strip().splitlines()
-    match = BENCH_RATIO.search(done.stdout)
-    return (float(match[1]) if match else None), lines
+    result = bench.read_result(results)
+    return (result["ratio"] if result else None), lines
 
 
 # ---------------------------------------------------------------- numbers
@@ -184,32 +187,30 @@ def numbers(records, shards_records):
         group = [r for r in records if r["mode"] == mode]
         verdicts = {}
         for record in group:
-            verdict = record.get("verdict") if record.get("status") == "done" else "unfinished"
-            verdicts[verdict] = verdicts.get(verdict, 0) + 1
+            verdicts[state_of(record)] = verdicts.get(state_of(record), 0) + 1
         walls = [w for w in (cycle_wall(r) for r in group if r.get("verdict") == "pass") if w]
         phases = {}
         for record in group:
             if record.get("verdict") == "pass":
                 for key, value in (record.get("host_phases") or {}).items():
                     phases.setdefault(key, []).append(value)
-        passed = verdicts.get("pass", 0)
+        rate = pass_rate(group)
         out["modes"][mode] = {
-            "cycles": len(group), "verdicts": verdicts, "success_rate": round(passed / len(group), 4),
-            "success_rate_95": wilson(passed, len(group)),
+            "cycles": len(group), "verdicts": verdicts, "success_rate": rate["rate"],
+            "success_rate_95": rate["ci95"],
             "mean_cycle_seconds": round(statistics.mean(walls), 3) if walls else None,
             "median_cycle_seconds": round(statistics.median(walls), 3) if walls else None,
             "p95_cycle_seconds": round(nearest_rank(sorted(walls), 0.95), 3) if walls else None,
             "cycles_per_hour_per_guest": round(3600 / statistics.mean(walls)) if walls else None,
             "host_phases_mean": {k: round(statistics.mean(v), 3) for k, v in phases.items()},
         }
-    passed = sum(1 for r in records if r.get("verdict") == "pass" and r.get("status") == "done")
-    out["success_rate"] = round(passed / len(records), 4) if records else None
-    out["success_rate_95"] = wilson(passed, len(records))
-    out["failed"] = [{"cycle": r["cycle"], "mode": r.get("mode"),
-                      "verdict": r.get("verdict") if r.get("status") == "done" else "unfinished",
+    rate = pass_rate(records)
+    out["success_rate"], out["success_rate_95"] = rate["rate"], rate["ci95"]
+    out["all_passed"] = bool(records) and all(state_of(r) == "pass" for r in records)
+    out["failed"] = [{"cycle": r["cycle"], "mode": r.get("mode"), "verdict": state_of(r),
                       "phase": r.get("phase"),
-                      "reason": r.get("reason") if r.get("status") == "done" else "no record yet: running or interrupted"}
-                     for r in records if r.get("verdict") != "pass"]
+                      "reason": r.get("reason") if is_done(r) else "no record yet: running or interrupted"}
+                     for r in records if state_of(r) != "pass"]
     starts = [_epoch(r["host_start"]) for r in records if r.get("host_start")]
     ends = [_epoch(r["host_end"]) for r in records if r.get("host_end")]
     if starts and ends:
@@ -260,7 +261,7 @@ def report_lines(run_id, result, command=None):
 def shard_records(shard_dir):
     """A shard's records: its run's, plus those of a chunk still running (or
     left by a killed run) under their plan numbers. Read only."""
-    records = {r["cycle"]: r for r in read_cycles(os.path.join(shard_dir, "cycles.jsonl"))}
+    records = {r["cycle"]: r for r in read_cycles(cycles_path(shard_dir))}
     chunks = os.path.join(shard_dir, "chunks")
     for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else ():
         for _, number, record in chunk_records(os.path.join(chunks, name)) or ():
@@ -338,7 +339,7 @@ def main(argv=None):
         return 130
     if any(code == 2 for code in codes):
         return 2
-    return 0 if result["success_rate"] == 1.0 else 1
+    return 0 if result["all_passed"] else 1
 
 
 if __name__ == "__main__":

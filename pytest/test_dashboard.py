@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from dashboards import buckets, compute, inputs, manifest, render, schemas, testing
+from lab import trace
 
 REPO = testing.REPO
 
@@ -136,16 +137,16 @@ def test_success_per_mode_matches_records(recorded, tmp_path):
     assert schemas.errors(schemas.DASHBOARD, board) == []
 
 
-def test_unfinished_cycle_is_a_hang_and_errors_are_not_judged(recorded, tmp_path):
+def test_unfinished_cycle_counts_once_and_errors_are_not_judged(recorded, tmp_path):
     started_only = dict(by_cycle(recorded, 1), status="started")
     lab_error = dict(by_cycle(recorded, 2), verdict="error", phase="lab",
                      reason="pmlab-cycle exited with 137: Killed")
     board = dashboard_of(single_run(tmp_path, [started_only, lab_error, by_cycle(recorded, 100)]))
     mem = board["success"]["modes"]["mem"]
-    assert mem["counts"] == {"pass": 1, "fail": 0, "hang": 1, "error": 1, "unfinished": 1}
+    assert mem["counts"] == {"pass": 1, "fail": 0, "hang": 0, "error": 1, "unfinished": 1}
     assert mem["judged"] == 2 and mem["rate"] == 0.5
     names = {b["bucket"] for b in board["buckets"]}
-    assert names == {"hang-in-unfinished", "error:pmlab-cycle exited with N"}
+    assert names == {"unfinished", "error:pmlab-cycle exited with N"}
 
 
 # ------------------------------------------------------------------ buckets
@@ -153,7 +154,7 @@ def test_unfinished_cycle_is_a_hang_and_errors_are_not_judged(recorded, tmp_path
 def test_buckets_of_the_recorded_failures(recorded, tmp_path):
     board = dashboard_of(single_run(tmp_path, recorded))
     found = {b["bucket"]: b for b in board["buckets"]}
-    assert set(found) == {"fail-in-suspend:pmtest_legacy.6:EIO", "fail-in-resume:0000:00:10.0:EIO",
+    assert set(found) == {"fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO", "fail-in-resume:0000:00:10.0 (pmtest_edu):EIO",
                           "hang-in-suspend"}
     for bucket in found.values():
         source = next(r for r in recorded if r["verdict"] != "pass" and buckets.classify(
@@ -162,23 +163,30 @@ def test_buckets_of_the_recorded_failures(recorded, tmp_path):
                                    "host_start": source["host_start"], "mode": source["mode"]}
         assert bucket["reason"] == source["reason"]
     # the evidence shown is the kernel's own line about the failing device
-    assert "pmtest_legacy.6" in found["fail-in-suspend:pmtest_legacy.6:EIO"]["evidence"]
-    assert "returns -5" in found["fail-in-resume:0000:00:10.0:EIO"]["evidence"]
+    assert "pmtest_legacy.6" in found["fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO"]["evidence"]
+    assert "returns -5" in found["fail-in-resume:0000:00:10.0 (pmtest_edu):EIO"]["evidence"]
 
 
 @pytest.mark.parametrize("number", [9, 10])
 def test_failing_device_is_the_same_from_every_source(recorded, number):
-    """callbacks field, suspend_stats delta and reason text name the same device."""
+    """callbacks field, failed_callbacks, suspend_stats delta and (version 1)
+    reason text name the same device; the trace sources also name its driver."""
     full = by_cycle(recorded, number)
     assert full["callbacks"]  # rebuilt from the report
     from_callbacks = dict(full, reason=None, suspend_stats_delta={})
+    from_fields = {k: v for k, v in full.items() if k not in ("callbacks", "suspend_stats_delta")}
+    from_fields.update(reason=None, failed_callbacks=[
+        {"device": device, "cb": cb, "err": err} for device, cb, err in trace.failed_callbacks(
+            {device: [{"cb": c["cb"], "err": c["err"]} for c in calls] for device, calls in full["callbacks"].items()})])
     from_stats = {k: v for k, v in full.items() if k != "callbacks"}
     from_stats["reason"] = None
     from_reason = {k: v for k, v in full.items() if k not in ("callbacks", "suspend_stats_delta")}
     found = [buckets.classify(inputs.normalise(copy.deepcopy(r), "x", None))
-             for r in (full, from_callbacks, from_stats, from_reason)]
+             for r in (full, from_callbacks, from_fields, from_stats, from_reason)]
     assert found[0][0].startswith("fail-in-") and found[0][0].endswith(":EIO")
-    assert found == [found[0]] * 4
+    assert found[:3] == [found[0]] * 3 and " (pmtest_" in found[0][0]  # name and driver
+    # suspend_stats and a version 1 reason know the name only
+    assert found[3] == found[4] == [found[0][0].split(" (")[0] + ":EIO"]
     bare = {k: v for k, v in from_reason.items() if k != "reason"}
     assert buckets.classify(inputs.normalise(bare, "x", None)) == [f"fail-in-{full['phase']}"]
 
@@ -259,26 +267,24 @@ def test_callback_latency_per_device_and_phase(recorded, tmp_path):
     assert (top[0]["device"], top[0]["phase"]) == slowest[0]
     failed = {(device, buckets.callback_phase(call["cb"])) for record in recorded
               for device, calls in (record.get("callbacks") or {}).items() for call in calls if call["err"]}
-    assert failed == {("pmtest_legacy.6", "suspend"), ("0000:00:10.0", "resume")}  # the two injected faults
+    assert failed == {("pmtest_legacy.6 (pmtest_legacy)", "suspend"),
+                      ("0000:00:10.0 (pmtest_edu)", "resume")}  # the two injected faults
     assert {(d, p) for d, block in devices.items() for p, s in block["phases"].items() if s["errors"]} == failed
 
 
 def test_both_callback_shapes_give_the_same_latency(recorded, tmp_path):
     full = dashboard_of(single_run(tmp_path / "a", recorded))["latency"]
     triples = dashboard_of(single_run(tmp_path / "b", testing.compact(recorded)))["latency"]
-    assert full["devices"]["0000:00:10.0"]["driver"] == "pmtest_edu"
-    assert triples["devices"]["0000:00:10.0"]["driver"] is None  # triples carry no driver
-    for block in list(full["devices"].values()) + full["top_p95"]:
-        block["driver"] = None
-    assert full == triples
+    assert full["devices"]["0000:00:10.0 (pmtest_edu)"]["driver"] == "pmtest_edu"
+    assert full == triples  # a triple's driver is in its device's identity
 
 
 def test_unfinished_callback_is_counted(recorded, tmp_path):
     record = by_cycle(recorded, 1)
-    record["callbacks"]["pmtest_full.3"][-1].update(us=None, err=None)
+    record["callbacks"]["pmtest_full.3 (pmtest_full)"][-1].update(us=None, err=None)
     board = dashboard_of(single_run(tmp_path, [record]))
-    phase = buckets.callback_phase(record["callbacks"]["pmtest_full.3"][-1]["cb"])
-    got = board["latency"]["devices"]["pmtest_full.3"]["phases"][phase]
+    phase = buckets.callback_phase(record["callbacks"]["pmtest_full.3 (pmtest_full)"][-1]["cb"])
+    got = board["latency"]["devices"]["pmtest_full.3 (pmtest_full)"]["phases"][phase]
     assert got["unfinished"] == 1 and got["n"] == 0 and got["p95"] is None
 
 
@@ -526,7 +532,7 @@ def test_malformed_lines_are_reported_and_the_rest_counted(recorded, tmp_path, c
     one, two, three, four, five = (dict(by_cycle(recorded, n), run_id="bad-run") for n in (1, 2, 3, 9, 10))
     two_bad_type = dict(two, suspend_ms="fast")
     three_bad_device = copy.deepcopy(three)
-    three_bad_device["callbacks"]["pmtest_full.0"][0]["us"] = "slow"
+    three_bad_device["callbacks"]["pmtest_full.0 (pmtest_full)"][0]["us"] = "slow"
     five_no_verdict = {k: v for k, v in five.items() if k != "verdict"}
     done_line = json.dumps(four)
     lines = [
@@ -551,24 +557,24 @@ def test_malformed_lines_are_reported_and_the_rest_counted(recorded, tmp_path, c
     for number in (3, 5, 6, 8, 10, 12):
         assert f"{cycles_file}:{number}:" in stderr
     messages = {e["line"]: e["message"] for e in board["input_errors"]}
-    assert "suspend_ms" in messages[5] and "callbacks.pmtest_full.0[0]" in messages[8]
+    assert "suspend_ms" in messages[5] and "callbacks.pmtest_full.0 (pmtest_full)[0]" in messages[8]
     assert "verdict" in messages[10] and "cut short" in messages[12]
 
     # the good run is untouched
     alone = dashboard_of(good)
     assert board["runs"]["good-run"] == alone["runs"]["good-run"]
     # bad run: 1 passes; 2 counted without its timing; 3 counted without that device;
-    # 9 (cut short) left with its started line = unfinished hang; 10 (no verdict) excluded
+    # 9 (cut short) left with its started line = unfinished; 10 (no verdict) excluded
     assert board["runs"]["bad-run"]["cycles"] == 4
     assert board["inputs"]["excluded_cycles"] == 1
     counts = {f["cycle"]: f for f in board["failures"]["cycles"] if f["run_id"] == "bad-run"}
-    assert set(counts) == {9} and counts[9]["unfinished"] and counts[9]["buckets"] == ["hang-in-unfinished"]
+    assert set(counts) == {9} and counts[9]["unfinished"] and counts[9]["buckets"] == ["unfinished"]
     devices, alone_devices = board["latency"]["devices"], alone["latency"]["devices"]
     # bad-run cycles 1 and 2 (mem) and 3 (freeze) add their suspend callbacks, but
     # cycle 3's pmtest_full.0 entry was malformed and dropped, and only that device
-    assert devices["pmtest_full.0"]["phases"]["suspend"]["n"] == \
-        alone_devices["pmtest_full.0"]["phases"]["suspend"]["n"] + 2
-    for device in ("pmtest_full.1", "pmtest_full.2", "0000:00:10.0"):
+    assert devices["pmtest_full.0 (pmtest_full)"]["phases"]["suspend"]["n"] == \
+        alone_devices["pmtest_full.0 (pmtest_full)"]["phases"]["suspend"]["n"] + 2
+    for device in ("pmtest_full.1 (pmtest_full)", "pmtest_full.2 (pmtest_full)", "0000:00:10.0 (pmtest_edu)"):
         assert devices[device]["phases"]["suspend"]["n"] == alone_devices[device]["phases"]["suspend"]["n"] + 3
     freeze_timing = board["timing"]["modes"]["freeze"]["suspend_ms"]["stats"]["n"]
     assert freeze_timing == alone["timing"]["modes"]["freeze"]["suspend_ms"]["stats"]["n"] + 1
@@ -711,7 +717,7 @@ def test_fast_callback_check_agrees_with_the_schema(recorded):
     """inputs.per_device_errors checks callbacks / pmtest by hand for speed;
     it must flag exactly what the schema flags."""
     record = by_cycle(recorded, 9)
-    good_object = copy.deepcopy(record["callbacks"]["pmtest_legacy.6"][0])
+    good_object = copy.deepcopy(record["callbacks"]["pmtest_legacy.6 (pmtest_legacy)"][0])
     entries = [good_object, ["bus[suspend]", 12.0, 0], ["bus[suspend]", None, None], dict(good_object, t=None),
                dict(good_object, driver=None), {k: v for k, v in good_object.items() if k not in ("t", "driver")}]
     broken = [dict(good_object, us="12"), dict(good_object, us=-1), dict(good_object, err=1.5),
@@ -764,8 +770,8 @@ def test_injected_failures_are_counted_not_judged(recorded, tmp_path):
     assert (mem["injected"], mem["judged"], mem["rate"]) == (2, 2, 0.5)
     assert mem["ci95"] == compute.wilson(1, 2)
     found = {b["bucket"]: (b["count"], b["expected"]) for b in board["buckets"]}
-    assert found == {"fail-in-suspend:pmtest_legacy.6:EIO": (1, 1), "hang-in-suspend": (1, 1),
-                     "fail-in-resume:0000:00:10.0:EIO": (1, 0)}
+    assert found == {"fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO": (1, 1), "hang-in-suspend": (1, 1),
+                     "fail-in-resume:0000:00:10.0 (pmtest_edu):EIO": (1, 0)}
     expected = {row["cycle"]: row["expected_verdict"] for row in board["failures"]["cycles"]}
     assert expected == {9: "fail", 200: "hang", 10: "pass"}
     (build,) = board["trends"]["builds"]

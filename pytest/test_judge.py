@@ -96,7 +96,7 @@ def test_pass_record_carries_measurements():
     result = rejudge("mem")
     assert result["suspend_ms"] > 0 and result["resume_ms"] > 0
     assert result["suspend_stats_delta"]["success"] == 1
-    first_call = result["callbacks"]["pmtest_full.0"][0]
+    first_call = result["callbacks"]["pmtest_full.0 (pmtest_full)"][0]
     assert first_call[0] == "[suspend]" and first_call[2] == 0  # ->prepare, traced with no info
     assert result["pmtest"]["pmtest_full.0"]
 

@@ -69,7 +69,7 @@ def test_callbacks_pair_and_order():
     sequences = trace.callbacks(events_of("mem"))
     assert not trace.unfinished_callbacks(sequences)
     assert not trace.failed_callbacks(sequences)
-    full = [trace.phase_of(call["cb"]) for call in sequences["pmtest_full.0"]]
+    full = [trace.phase_of(call["cb"]) for call in sequences["pmtest_full.0 (pmtest_full)"]]
     assert full == ["prepare", "suspend", "suspend_late", "suspend_noirq",
                     "resume_noirq", "resume_early", "resume", "complete"]
     assert all(call["us"] >= 0 for calls in sequences.values() for call in calls)
@@ -99,3 +99,31 @@ def test_phase_of(label, phase):
 
 def test_comment_and_garbage_lines_skipped():
     assert trace.parse("# tracer: nop\n#\nnot a trace line\n\n") == []
+
+
+def test_same_named_devices_on_two_drivers_stay_apart():
+    """report-mem holds PNP0A06:01 twice: the ACPI companion (driver string
+    "acpi", parent PNP0A08:00) and the container device ("container", no
+    parent). Keyed by name alone their callbacks would merge into one list."""
+    sequences = trace.callbacks(events_of("mem"))
+    acpi, container = sequences["PNP0A06:01 (acpi)"], sequences["PNP0A06:01 (container)"]
+    assert "PNP0A06:01" not in sequences
+    assert [call["driver"] for call in acpi] == ["acpi"] * len(acpi)
+    assert [call["driver"] for call in container] == ["container"] * len(container)
+    # each its own ->prepare .. ->complete, every start paired with its own end
+    for calls in (acpi, container):
+        assert trace.phase_of(calls[0]["cb"]) == "prepare" and trace.phase_of(calls[-1]["cb"]) == "complete"
+        assert all(call["us"] is not None and call["err"] == 0 for call in calls)
+    assert trace.split_device_id("PNP0A06:01 (container)") == ("PNP0A06:01", "container")
+    assert trace.split_device_id("PNP0A06:01") == ("PNP0A06:01", None)
+
+
+def test_same_named_devices_stay_apart_in_the_dashboard_latency(tmp_path):
+    """The record's callbacks and the dashboard's latency table keep both."""
+    from dashboards import compute, testing
+    record = next(r for r in testing.with_callbacks(testing.recorded_records())
+                  if "PNP0A06:01 (acpi)" in (r.get("callbacks") or {}))
+    testing.write_run(str(tmp_path), "r1", [record])
+    devices = compute.compute([str(tmp_path)])["latency"]["devices"]
+    assert devices["PNP0A06:01 (acpi)"]["driver"] == "acpi"
+    assert devices["PNP0A06:01 (container)"]["driver"] == "container"

@@ -20,7 +20,7 @@
 
   var MODE_COLOURS = ['#3367d6', '#e8710a', '#188038', '#a142f4', '#d93025', '#12b5cb', '#f9ab00', '#5f6368'];
   var KIND_COLOURS = {
-    'fail': '#d93025', 'fake-sleep': '#f9ab00', 'hang': '#a142f4', 'error': '#5f6368',
+    'fail': '#d93025', 'fake-sleep': '#f9ab00', 'hang': '#a142f4', 'unfinished': '#7b1fa2', 'error': '#5f6368',
     'kernel-warning': '#e8710a', 'ordering-violation': '#12b5cb', 'other': '#9aa0a6'
   };
   var STEP_COLOURS = ['#3367d6', '#8ab4f8', '#e8710a', '#fbbc04', '#188038', '#81c995', '#a142f4', '#d7aefb',
@@ -159,7 +159,7 @@
       ['pass', function (r) { return r.b.counts.pass; }, 'num'],
       ['fail', function (r) { return r.b.counts.fail; }, 'num'],
       ['hang', function (r) { return r.b.counts.hang; }, 'num'],
-      ['(unfinished)', function (r) { return r.b.counts.unfinished; }, 'num'],
+      ['unfinished', function (r) { return r.b.counts.unfinished; }, 'num'],
       ['lab error', function (r) { return r.b.counts.error; }, 'num'],
       ['injected', function (r) { return r.b.injected; }, 'num'],
       ['success rate', function (r) { return pct(r.b.rate); }, 'num'],
@@ -401,7 +401,7 @@
       ['started', function (r) { return r.host_start; }],
       ['mode', function (r) { return r.mode; }],
       ['verdict', function (r) {
-        return r.verdict + (r.unfinished ? ' (unfinished)' : '') +
+        return r.verdict +
           (r.expected_verdict !== 'pass' ? ' (expected ' + r.expected_verdict + ')' : '');
       }],
       ['phase', function (r) { return r.phase; }],

@@ -24,6 +24,11 @@ import sys
 
 import yaml
 
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from lab.records import cycles_path, write_cycles  # noqa: E402
+
 # Numbers have at most 18 digits: a longer run is a corrupted line (and
 # int() refuses more than 4300 digits).
 GUEST_LINE = re.compile(r"pmlab-lava: cycle (?P<cycle>\d{1,18}) verdict=(?P<verdict>PASS|FAIL) status=(?P<status>\S*) "
@@ -161,11 +166,9 @@ def main(argv=None):
     job = parsed["job"] or {}
     print(f"lava job: {job.get('result', 'no result line')}"
           + (f" ({job.get('error_type')}: {job.get('error_msg')})" if job.get("error_msg") else ""))
-    if args.run_dir:
+    if args.run_dir:  # the job log is the source: a second import replaces the first
         os.makedirs(args.run_dir, exist_ok=True)
-        with open(os.path.join(args.run_dir, "cycles.jsonl"), "w") as out:
-            for record in result:
-                out.write(json.dumps(record) + "\n")
+        write_cycles(cycles_path(args.run_dir), result)
     ok = result and all(r["verdict"] == "pass" for r in result) and job.get("result") == "pass"
     return 0 if ok else 1
 
