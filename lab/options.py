@@ -76,9 +76,11 @@ def add_inject(parser, what="one cycle"):
 
 
 def add_results(parser, run_id_help="default: a new id"):
+    """--results DIR and, unless run_id_help is None, --run-id."""
     parser.add_argument("--results", default=RESULTS, metavar="DIR",
                         help="results root: runs go to DIR/<run-id>/ (default results/)")
-    parser.add_argument("--run-id", help=run_id_help)
+    if run_id_help is not None:
+        parser.add_argument("--run-id", help=run_id_help)
 
 
 def add_budget(parser, cycles_help="cycles in the whole plan"):
