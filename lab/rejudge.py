@@ -87,6 +87,6 @@ def describe(item):
                 f"{'NOT JUDGED' if item.unreadable else 'kept'} ({item.reason})")
     new = "/".join(str(v) for v in item.new if v)
     text = f"cycle {item.cycle:>4} {item.mode}: {old.upper()} -> {new.upper()}"
-    if item.changed:
-        text += f"  CHANGED: {item.reason}"
+    if item.changed:  # the reason's first line (an ordering violation goes on with its context)
+        text += f"  CHANGED: {(item.reason or '').splitlines()[0] if item.reason else None}"
     return text
