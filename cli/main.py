@@ -179,6 +179,18 @@ Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
 
 def lava(argv):
     """the LAVA S3 job on this machine (lava-run, no server)"""
+    try:
+        command = lava_command(argv)
+    except ValueError as error:
+        print(f"lava: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    os.execv(command[0], command)
+
+
+def lava_command(argv):
+    """pipelines/lava/run-local's command line for `./pmlab lava` options;
+    ValueError for a mode the job cannot run."""
     from lab import modes
     parser = argparse.ArgumentParser(prog="pmlab lava", description=LAVA_DOC,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,13 +200,13 @@ def lava(argv):
     options.add_results(parser, "default lava-<UTC stamp>-<pid>")
     parser.add_argument("--no-s3", action="store_true", help="negative control: QEMU without S3")
     args = parser.parse_args(argv)
+    items = args.mode or (["mem/rtc"] if args.cycles else ["mem/rtc*3"])
     try:
-        plan = modes.plan(args.mode or ["mem/rtc*3"], args.cycles, wake="rtc")
-        if any(mode.name != "mem" or mode.wake != "rtc" for mode, _ in plan):
+        if any(name != "mem" or wake not in (None, "rtc") for name, wake, _ in modes.parse_items(items)):
             raise ValueError("the LAVA job runs mem cycles woken by the RTC only: give --mode mem*N (or mem/rtc*N)")
+        plan = modes.plan(items, args.cycles, wake="rtc")
     except Exception as error:  # lab.virt.LabError from the grammar
-        print(f"lava: {error}", file=sys.stderr)
-        return 2
+        raise ValueError(str(error)) from None
     artifacts = os.path.join(REPO, "build", "baseline", "out") if args.baseline else args.artifacts
     command = [os.path.join(REPO, "pipelines", "lava", "run-local"),
                "--cycles", str(sum(count for _, count in plan)), "--rtc", str(args.rtc),
@@ -202,8 +214,7 @@ def lava(argv):
     command += ["--artifacts", os.path.abspath(artifacts)] if artifacts else []
     command += ["--run-id", args.run_id] if args.run_id else []
     command += ["--no-s3"] if args.no_s3 else []
-    sys.stdout.flush()
-    os.execv(command[0], command)
+    return command
 
 
 VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, bench, commit, nightly, soak, bisect, lava)}
