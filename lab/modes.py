@@ -105,7 +105,7 @@ def _parse_item(item, value):
     count = None
     if star:
         if not count_text.isdigit() or not 1 <= int(count_text) <= MAX_COUNT:
-            raise LabError(f"bad count in mode '{item}': after '*' give a whole number "
+            raise LabError(f"bad count in mode '{item}': write MODE*N with N a whole number "
                            f"from 1 to {MAX_COUNT} (--mode {GRAMMAR})")
         count = int(count_text)
     name, slash, wake = body.partition("/")
