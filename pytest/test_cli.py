@@ -2,6 +2,7 @@
 (lab/modes.py) with the option pieces every command shares (lab/options.py)."""
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -16,6 +17,7 @@ from conftest import REPO
 from pipelines import bisect as bisect_mod
 from pipelines import commit as commit_mod
 from pipelines import nightly as nightly_mod
+from recorded_run import make_run_dir
 
 
 def pmlab(*args, timeout=60):
@@ -74,6 +76,17 @@ def test_lava_refuses_modes_the_job_cannot_run(mode):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "runs mem cycles woken by the RTC only" in done.stderr
+
+
+def test_dashboard_verb_draws_the_page_over_the_results(tmp_path):
+    run = make_run_dir(tmp_path / "run-recorded")
+    cycles = {json.loads(line)["cycle"] for line in (run / "cycles.jsonl").read_text().splitlines()}
+    done = subprocess.run([sys.executable, "-m", "cli.main", "dashboard", "--results", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    dashboard = json.loads((tmp_path / "dashboard.json").read_text())
+    assert dashboard["inputs"]["cycles"] == len(cycles) == 11 and dashboard["inputs"]["runs"] == 1
+    assert (tmp_path / "dashboard.html").is_file()
 
 
 def test_lava_options_become_run_locals():

@@ -1,12 +1,10 @@
 """./pmlab judge (lab/rejudge.py): a recorded run judged again offline gives
 the verdicts the live run stored, and other verdicts when a rule changes.
 
-The run directory is made of real recordings (pytest/recordings: the cycle
-records and the guest reports they name), laid out as lab.run writes it."""
+The run directory is made of real recordings (pytest/recorded_run.py)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -16,27 +14,12 @@ from cli import main as cli
 from lab import rejudge
 from lab.oracle import rules
 from conftest import REPO
-from recordings_util import RECORDINGS
+from recorded_run import make_run_dir
 
 
 @pytest.fixture
 def run_dir(tmp_path):
-    """RUN/cycles.jsonl ("started" and "done" lines) and RUN/reports/cycleN.txt.gz."""
-    run = tmp_path / "run-recorded"
-    (run / "reports").mkdir(parents=True)
-    lines = []
-    with open(os.path.join(RECORDINGS, "cycles.jsonl")) as source:
-        for line in source:
-            record = json.loads(line)
-            name = record.get("recording")
-            if not name:
-                continue  # the agent-stream cycles: their reports were not kept
-            if record.get("report"):
-                shutil.copyfile(os.path.join(RECORDINGS, f"report-{name}.txt.gz"), run / record["report"])
-            started = {key: record[key] for key in ("run_id", "cycle", "mode", "wake", "pm_test", "guest")}
-            lines += [json.dumps(dict(started, status="started")), json.dumps(record)]
-    (run / "cycles.jsonl").write_text("\n".join(lines) + "\n")
-    return run
+    return make_run_dir(tmp_path / "run-recorded")
 
 
 def stored(run):
