@@ -40,6 +40,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import options  # noqa: E402
+from lab.run import parse_injections  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
@@ -235,6 +236,7 @@ def main(argv=None):
     try:
         shard = plan_mod.parse_shard(args.shard)
         args.mode = plan_mod.expand_modes(args.mode) if args.mode else None
+        parse_injections(args.inject)  # bad --inject: refused before any chunk runs
         if args.chunk < 1:
             raise NightlyError("--chunk must be at least 1")
         run_id = args.run_id or f"nightly-{stamp()}"

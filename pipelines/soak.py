@@ -37,6 +37,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import options  # noqa: E402
+from lab.run import parse_injections  # noqa: E402
+from lab.virt import LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from dashboards.compute import nearest_rank, wilson  # noqa: E402
@@ -312,11 +314,12 @@ def main(argv=None):
             raise SoakError("give --max-cycles N and/or --hours H")
         args.mode = args.mode or ["mem*20", "disk"]
         plan_mod.expand_modes(args.mode)
+        parse_injections(args.inject)
         args.run_id = args.run_id or f"soak-{stamp()}"
         run_path = os.path.join(args.results, args.run_id)
         os.makedirs(run_path, exist_ok=True)
         artifacts = pin_artifacts(os.path.abspath(args.artifacts), run_path)
-    except (SoakError, plan_mod.PlanError, OSError) as error:
+    except (SoakError, plan_mod.PlanError, LabError, OSError) as error:
         print(f"soak: {error}", file=sys.stderr)
         return 2
     command = "pipelines/soak " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -183,3 +183,12 @@ def test_shared_results_option_has_one_meaning():
     assert args.results == os.path.join(REPO, "results") and args.hours == 1.5
     for module in (nightly_mod, commit_mod):
         assert module.parse_args([] if module is commit_mod else ["--max-cycles", "1"]) is not None
+
+
+@pytest.mark.parametrize("verb, extra", [("nightly", ["--dry-run"]), ("soak", [])])
+def test_long_runs_refuse_a_bad_injection_before_anything_runs(verb, extra, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli.main", verb, "--max-cycles", "3", "--inject", "2:nope=1",
+                           "--results", str(tmp_path), *extra], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "bad --inject '2:nope=1'" in done.stderr
+    assert os.listdir(tmp_path) == []
