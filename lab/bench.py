@@ -1,7 +1,7 @@
 """Benchmark: the harness's S3 cycle against the floor, in one invocation.
 
-  /usr/bin/python3 -m lab.bench --cycles 20 [--baseline | --artifacts DIR]
-  (or lab/bench ...)
+  ./pmlab bench [--mode mem*20] [--baseline | --artifacts DIR]
+  (or lab/bench, /usr/bin/python3 -m lab.bench; --cycles 20 is the older --mode mem*20)
 
 The floor: plain qemu-system-x86_64 (no libvirt) with the same machine,
 firmware, kernel, initramfs and devices as the lab's domain, and a QMP socket.
@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from lab import artifacts as artifacts_mod
-from lab import modes, virt
+from lab import modes, options, virt
 from lab.guest import BASE_CMDLINE
 from lab.qmp import QMP
 from lab.records import RunDir, new_run_id
@@ -169,17 +169,27 @@ def read_result(results):
     return result if isinstance(result, dict) else None
 
 
+def bench_cycles(mode_items, cycles=None):
+    """Timed cycles per side from --mode mem*N (or the older --cycles N)."""
+    if not mode_items:
+        return modes.parse_cycles(cycles if cycles is not None else 20)
+    plan = modes.plan(mode_items, cycles)
+    if len(plan) != 1 or plan[0][0].name != "mem" or plan[0][0].wake != "pmwakeup":
+        raise virt.LabError("the benchmark runs S3 cycles woken by pmwakeup only: give --mode mem*N")
+    return plan[0][1]
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="lab/bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cycles", default="20", help="timed cycles per side (default 20)")
-    parser.add_argument("--artifacts")
-    parser.add_argument("--baseline", action="store_true")
-    parser.add_argument("--uri", default=virt.DEFAULT_URI)
-    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    options.add_modes(parser, "mem*20: S3 cycles per side, woken by pmwakeup; no other mode is benchmarked",
+                      wake=False)
+    options.add_kernel(parser)
+    parser.add_argument("--uri", default=virt.DEFAULT_URI, help="libvirt URI (default %(default)s)")
+    options.add_results(parser, run_id_help=None)
     args = parser.parse_args(argv)
     try:
-        cycles = modes.parse_cycles(args.cycles)
+        cycles = bench_cycles(args.mode, args.cycles)
         found = artifacts_mod.find(artifacts_mod.BASELINE_DIR if args.baseline
                                    else args.artifacts or artifacts_mod.DEFAULT_DIR)
         if not shutil.which("qemu-system-x86_64"):

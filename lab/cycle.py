@@ -271,6 +271,19 @@ def _described(failed):
     return ", ".join(f"{device} {cb} {err}" for device, cb, err in failed)
 
 
+def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id):
+    """judge(), then the callback order against the seed's rules (lab/oracle):
+    a cycle that slept and woke with callbacks out of order did not pass.
+    The verdict fields run_cycle records; `./pmlab judge` (lab/rejudge.py)
+    calls this again on a recorded run."""
+    result = judge(mode, report, status, events, evidence, timeline, token, boot_id)
+    violations, checked = judge_cycle(report, evidence)
+    result.update(ordering_record(violations, checked))
+    if violations and result["verdict"] == "pass":
+        result.update(verdict="fail", phase="ordering", reason=str(violations[0]))
+    return result
+
+
 def _proof(mode, steps, token, boot_id, counts, before, after, result):
     """Fill result["proof"]; return the list of what is missing."""
     proof = result["proof"]
@@ -397,14 +410,9 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     elif "verdict" not in record:
         if reply is not None:  # the full report (whole trace buffer) stays next to the record
             record["report"] = rundir.write_file(report_path(number), reply.output, compress=True)
-        record.update(judge(mode, reply.output if reply else None, reply.status if reply else 0,
-                            events, evidence, cycle.timeline, cycle.token, guest.boot_id))
-        # Callback order against the seed's rules (lab/oracle): a cycle that
-        # slept and woke with callbacks out of order did not pass.
-        violations, checked = judge_cycle(reply.output if reply else None, evidence)
-        record.update(ordering_record(violations, checked))
-        if violations and record["verdict"] == "pass":
-            record.update(verdict="fail", phase="ordering", reason=str(violations[0]))
+            record["report_status"] = reply.status
+        record.update(judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
+                                       events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
     record["evidence"] = evidence

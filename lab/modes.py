@@ -1,5 +1,6 @@
 """What a cycle does: the sleep mode, how the guest is woken, and checking
-user input for both before any guest starts."""
+user input for both before any guest starts. Also the one grammar every
+command uses to name modes (--mode MODE[/WAKE][*N]; see GRAMMAR)."""
 
 from dataclasses import dataclass
 
@@ -71,10 +72,91 @@ def parse_cycles(value):
     return cycles
 
 
+# The one mode grammar of every command (./pmlab run, commit, nightly, soak,
+# bisect, bench, lava; pytest --mode):
+#
+#   --mode MODE[/WAKE][*N]     repeat the option, or join items with commas
+#
+# e.g. --mode mem*10 --mode freeze*5 --mode disk/reboot*3, or
+# --mode mem*3,freeze*2,disk. MODE*N is MODE given N times: a run runs the
+# list once in order, a nightly or soak repeats it (N weighs the mode).
+GRAMMAR = "MODE[/WAKE][*N], e.g. mem*10, disk/reboot*3 or mem*3,freeze*2,disk"
+MAX_COUNT = 100000
+
+
+def parse_items(items):
+    """--mode values -> [(name, wake or None, count or None)], one per item.
+    Each name and wake is checked (LabError naming the item and the fix)."""
+    out = []
+    for value in items or ():
+        for item in str(value).split(","):
+            out.append(_parse_item(item.strip(), value))
+    return out
+
+
+def _parse_item(item, value):
+    if not item:
+        raise LabError(f"empty mode in --mode '{value}': use {GRAMMAR}")
+    if "=" in item:  # the old --smoke grammar
+        name, _, count = item.partition("=")
+        raise LabError(f"'{item}' is the old MODE=COUNT form: write {name}*{count or 1} "
+                       f"(--mode {GRAMMAR})")
+    body, star, count_text = item.partition("*")
+    count = None
+    if star:
+        if not count_text.isdigit() or not 1 <= int(count_text) <= MAX_COUNT:
+            raise LabError(f"bad count in mode '{item}': write MODE*N with N a whole number "
+                           f"from 1 to {MAX_COUNT} (--mode {GRAMMAR})")
+        count = int(count_text)
+    name, slash, wake = body.partition("/")
+    if slash and not wake:
+        raise LabError(f"mode '{item}' names no wake source after '/' (--mode {GRAMMAR})")
+    parse_mode(name.strip(), wake.strip() or None)  # LabError for an unknown mode or wake
+    return name.strip(), wake.strip() or None, count
+
+
+def expand(items, default=None):
+    """--mode values -> the mode list, one "MODE[/WAKE]" string per cycle of
+    one round (mem*3 -> mem, mem, mem); `default` when no item is given."""
+    if not items:
+        items = default or ()
+    out = []
+    for name, wake, count in parse_items(items):
+        out += [f"{name}/{wake}" if wake else name] * (count or 1)
+    return out
+
+
+def describe(names):
+    """The inverse of expand for a log line: mem, mem, disk -> "mem*2,disk"."""
+    runs = []
+    for name in names:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return ",".join(name if count == 1 else f"{name}*{count}" for name, count in runs)
+
+
+def mode_of(text, wake=None):
+    """One expanded item ("mem", "disk/reboot") -> Mode; `wake` applies when
+    the item names none."""
+    name, _, item_wake = str(text).partition("/")
+    return parse_mode(name, item_wake or wake)
+
+
 def plan(modes=None, cycles=None, wake=None):
-    """[(Mode, count)]: the given modes with `cycles` each, or the default sample
-    (cycles, if given, replaces each default count)."""
+    """[(Mode, count)] from --mode values in the grammar above, or the default
+    sample (mem*10, freeze*5, disk*3). `cycles` is the older spelling of a
+    count (--mode mem --cycles 10 is mem*10; alone it replaces each default
+    count); an item with its own *N and --cycles together is refused. `wake`
+    (--wake) applies to every item that names no wake source."""
     count = parse_cycles(cycles) if cycles is not None else None
     if not modes:
         return [(parse_mode(name), count or default) for name, default in DEFAULT_PLAN]
-    return [(parse_mode(name, wake), count or 1) for name in modes]
+    out = []
+    for name, item_wake, item_count in parse_items(modes):
+        if item_count is not None and count is not None:
+            raise LabError(f"mode '{name}*{item_count}' has its count already: drop --cycles "
+                           f"(--mode {GRAMMAR})")
+        out.append((parse_mode(name, item_wake or wake), item_count or count or 1))
+    return out

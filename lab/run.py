@@ -1,10 +1,12 @@
 """Run sleep cycles from the command line.
 
-  /usr/bin/python3 -m lab.run --mode mem --cycles 10
-  /usr/bin/python3 -m lab.run --mode freeze --mode disk --cycles 3 --baseline
-  /usr/bin/python3 -m lab.run                      # the default sample: mem x10, freeze x5, disk x3
-  /usr/bin/python3 -m lab.run --mode mem --cycles 3 --inject '2:delay=* suspend 60000' \\
+  ./pmlab run --mode mem*10                        (or /usr/bin/python3 -m lab.run ...)
+  ./pmlab run --mode freeze*3,disk/reboot*3 --baseline
+  ./pmlab run                                      # the default sample: mem*10, freeze*5, disk*3
+  ./pmlab run --mode mem*3 --inject '2:delay=* suspend 60000' \\
         --watchdog suspend=20                        # cycle 2 hangs, cycle 3 runs in a fresh guest
+
+The older --mode mem --cycles 10 still means mem*10.
 
 Exit status: 0 all cycles passed, 1 some did not, 2 bad input or setup.
 """
@@ -17,6 +19,7 @@ import sys
 from lab import artifacts as artifacts_mod
 from lab import manifest as manifest_mod
 from lab import modes as modes_mod
+from lab import options
 from lab import virt
 from lab.cycle import rss_kib, watchdogs_from
 from lab.records import ResultsWriteError, RunDir, new_run_id
@@ -42,24 +45,13 @@ def parse_injections(items):
 
 
 def add_options(parser):
-    parser.add_argument("--mode", action="append",
-                        help="mem, freeze, disk or pm_test-{freezer,devices,platform,processors,core}; "
-                             "repeat for several (default: mem x10, freeze x5, disk x3)")
-    parser.add_argument("--cycles", help="cycles per mode")
-    parser.add_argument("--wake", help="mem: pmwakeup|rtc; freeze: powerbutton; disk: platform|reboot")
-    parser.add_argument("--artifacts", help="kernel artifact directory (default build/out)")
-    parser.add_argument("--baseline", action="store_true", help="use build/baseline/out")
-    parser.add_argument("--uri", default=virt.DEFAULT_URI, help="libvirt URI (default %(default)s)")
-    parser.add_argument("--profile", default="q35-ovmf", choices=sorted(virt.PROFILES),
-                        help="machine: q35-ovmf (default) or the faster pc-seabios")
-    parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS",
-                        help="boot, suspend, resume, hibernate or restore watchdog")
-    parser.add_argument("--inject", action="append", metavar="CYCLE:KNOB=VALUE",
-                        help="pmtest knob for one cycle, e.g. '2:fault=* suspend 5 1'")
-    parser.add_argument("--memory", type=int, default=512, help="guest MiB")
-    parser.add_argument("--vcpus", type=int, default=1)
-    parser.add_argument("--results", default=os.path.join(REPO, "results"))
-    parser.add_argument("--run-id")
+    """lab.run's options, from the pieces every pmlab command shares (lab/options.py)."""
+    options.add_modes(parser, "mem*10, freeze*5, disk*3")
+    options.add_kernel(parser)
+    options.add_guest(parser, {"uri": virt.DEFAULT_URI, "profile": "q35-ovmf", "profiles": sorted(virt.PROFILES),
+                               "memory": 512, "vcpus": 1})
+    options.add_inject(parser)
+    options.add_results(parser)
 
 
 def setup(args):

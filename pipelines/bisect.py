@@ -1,8 +1,9 @@
 """Find the first bad patch of the kernel patch series with `git bisect run`.
 
-  pipelines/bisect GOOD BAD [--check build|smoke] [--series-dir kernel/patches]
-                   [--build-dir build/bisect] [--smoke mem=2] [--keep]
-  pipelines/bisect GOOD BAD --check-cmd 'SHELL COMMAND'
+  ./pmlab bisect GOOD BAD [--check build|smoke] [--series-dir kernel/patches]
+                 [--build-dir build/bisect] [--mode mem*2,freeze] [--keep]
+  ./pmlab bisect GOOD BAD --check-cmd 'SHELL COMMAND'
+  (or pipelines/bisect ...; the older --smoke mem=2,freeze=1 still works)
 
 GOOD and BAD are points of the series: 0 (no patch: the pristine tree), a
 patch number (3 or 0003: the series up to and including the 3rd patch) or a
@@ -16,7 +17,7 @@ with this script's --step:
           PMLAB_BUILD = --build-dir, incremental between steps, under flock
           /tmp/pmlab-kernel-build.lock). Fails -> bad.
   smoke   build, then the commit pipeline's smoke step on it: the initramfs
-          and lab.run cycles (--smoke). Any failed cycle -> bad.
+          and lab.run cycles (--mode). Any failed cycle -> bad.
   --check-cmd: run this shell command in the commit's checkout instead
           (exit 0 good, 125 skip, 1..127 bad).
 A setup error (lab.run exit 2) aborts the bisection (exit 128).
@@ -37,9 +38,13 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import modes as modes_mod  # noqa: E402
+from lab import options  # noqa: E402
+from pipelines.commit import smoke_as_modes  # noqa: E402
 from pipelines.common import PYTHON, REPO, log, run  # noqa: E402
 
 PROG = "bisect"
+DEFAULT_SMOKE = "mem*2,freeze"
 ABORT = 128
 
 
@@ -128,8 +133,7 @@ def step(args):
         return 125
     argv = [PYTHON, "-m", "lab.run", "--artifacts", out, "--results", os.path.join(build_dir, "results"),
             "--run-id", f"bisect-{len(patches)}-{int(time.time())}", "--cycles", "1"]
-    from pipelines.commit import parse_smoke
-    for mode in parse_smoke(args.smoke):
+    for mode in modes_mod.expand(args.mode):
         argv += ["--mode", mode]
     code = run(argv, prefix="lab.run", cwd=REPO)
     log(PROG, f"step: smoke exit {code} ({time.monotonic() - started:.1f} s)")
@@ -166,7 +170,9 @@ def bisect(args):
                   f"(throwaway repository {repo})")
         git(repo, "bisect", "start", commits[bad], commits[good])
         step_argv = [PYTHON, "-m", "pipelines.bisect", "--step", "--check", args.check,
-                     "--build-dir", os.path.abspath(args.build_dir), "--smoke", args.smoke]
+                     "--build-dir", os.path.abspath(args.build_dir)]
+        for item in args.mode:
+            step_argv += ["--mode", item]
         if args.check_cmd:
             step_argv += ["--check-cmd", args.check_cmd]
         env = dict(os.environ, PYTHONPATH=REPO + (os.pathsep + os.environ["PYTHONPATH"]
@@ -192,7 +198,7 @@ def bisect(args):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="pipelines/bisect", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab bisect", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("good", nargs="?")
     parser.add_argument("bad", nargs="?")
@@ -201,12 +207,22 @@ def parse_args(argv):
     parser.add_argument("--series-dir", default=os.path.join(REPO, "kernel", "patches"))
     parser.add_argument("--build-dir", default=os.path.join(REPO, "build", "bisect"),
                         help="PMLAB_BUILD of the steps (kept: later bisections build incrementally)")
-    parser.add_argument("--smoke", default="mem=2,freeze=1", help="smoke cycles per step (MODE=COUNT,...)")
+    options.add_modes(parser, f"{DEFAULT_SMOKE}: the smoke cycles of each step", cycles=False, wake=False)
+    parser.add_argument("--smoke", help="older spelling of --mode: MODE=COUNT,... (mem=2 is mem*2)")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway repository")
     parser.add_argument("--step", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.step and (args.good is None or args.bad is None):
         parser.error("GOOD and BAD are required")
+    if args.smoke is not None:
+        if args.mode:
+            parser.error("give the smoke cycles once: --mode (or the older --smoke)")
+        args.mode = [smoke_as_modes(args.smoke)]
+    args.mode = args.mode or [DEFAULT_SMOKE]
+    try:
+        modes_mod.expand(args.mode)
+    except Exception as error:  # lab.virt.LabError, naming the item and the fix
+        parser.error(str(error))
     return args
 
 

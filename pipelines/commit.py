@@ -1,7 +1,8 @@
 """The commit pipeline: build -> boot -> smoke cycles -> dashboard -> gate.
 
-  pipelines/commit [--build auto|always|never] [--smoke mem=3,freeze=2,disk=1]
-                   [--results DIR] [--run-id ID] [--junit PATH] [lab.run options]
+  ./pmlab commit [--build auto|always|never] [--mode mem*3,freeze*2,disk]
+                 [--results DIR] [--run-id ID] [--junit PATH] [lab.run options]
+  (or pipelines/commit ...; the older --smoke mem=3,freeze=2,disk=1 still works)
 
 Stages (wall time of each printed as it ends, and a table at the end):
   build      kernel/build (buildah container, ccache), under flock
@@ -36,6 +37,8 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import modes as modes_mod  # noqa: E402
+from lab import options  # noqa: E402
 from pipelines import compare as compare_mod  # noqa: E402
 from pipelines import junit as junit_mod  # noqa: E402
 from lab.records import cycles_path  # noqa: E402
@@ -44,19 +47,16 @@ from pipelines.common import (PYTHON, REPO, Stages, log, module_available,  # no
 
 PROG = "commit"
 MARKER = "pipeline.json"
-DEFAULT_SMOKE = "mem=3,freeze=2,disk=1"
+DEFAULT_SMOKE = "mem*3,freeze*2,disk"
 
 
 def parse_smoke(text):
-    """"mem=3,freeze=2,disk=1" -> ["mem", "mem", "mem", "freeze", "freeze", "disk"]"""
-    modes = []
-    for part in text.split(","):
-        name, _, count = part.strip().partition("=")
-        count = count or "1"
-        if not name or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"bad --smoke part '{part}': use MODE=COUNT,... e.g. {DEFAULT_SMOKE}")
-        modes += [name] * int(count)
-    return modes
+    """The smoke cycles, one mode name per cycle, from mode grammar text
+    ("mem*3,freeze*2,disk") or the older --smoke form ("mem=3,freeze=2,disk=1")."""
+    try:
+        return modes_mod.expand([smoke_as_modes(text) if "=" in text else text])
+    except Exception as error:  # lab.virt.LabError: callers of this older form catch ValueError
+        raise ValueError(str(error)) from None
 
 
 def series_hash(series_dir):
@@ -148,32 +148,37 @@ def previous_run(results, current_id):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="pipelines/commit", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab commit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", choices=("auto", "always", "never"), default="auto")
-    parser.add_argument("--smoke", default=DEFAULT_SMOKE, help="MODE=COUNT,... (default %(default)s)")
+    options.add_modes(parser, f"{DEFAULT_SMOKE}: the smoke cycles, one guest", cycles=False, wake=False)
+    parser.add_argument("--smoke", help="older spelling of --mode: MODE=COUNT,... (mem=3 is mem*3)")
     parser.add_argument("--no-campaign", dest="campaign", action="store_false",
                         help="skip the fault campaign stage")
-    parser.add_argument("--results", default=os.path.join(REPO, "results"))
-    parser.add_argument("--run-id")
+    options.add_results(parser)
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
     lab = parser.add_argument_group("passed to lab.run")
-    for option in ("--uri", "--profile", "--memory", "--vcpus"):
-        lab.add_argument(option)
-    lab.add_argument("--watchdog", action="append")
-    lab.add_argument("--inject", action="append", metavar="CYCLE:KNOB=VALUE",
-                     help="pmtest fault for one smoke cycle (proves the gate: that run must regress)")
-    return parser.parse_args(argv)
+    options.add_guest(lab)
+    options.add_inject(lab, "one smoke cycle (proves the gate: that run must regress)")
+    args = parser.parse_args(argv)
+    if args.smoke is not None:
+        if args.mode:
+            parser.error("give the smoke cycles once: --mode (or the older --smoke)")
+        args.mode = [smoke_as_modes(args.smoke)]
+    return args
+
+
+def smoke_as_modes(text):
+    """The older --smoke "mem=3,freeze=2" in the mode grammar: "mem*3,freeze*2"."""
+    return ",".join(f"{name}*{count}" if count else name
+                    for name, _, count in (part.strip().partition("=") for part in text.split(",")))
 
 
 def main(argv=None):
     args = parse_args(argv)
     args.results = os.path.abspath(args.results)
     try:
-        smoke = parse_smoke(args.smoke)
-        from lab.modes import parse_mode
-        for mode in set(smoke):
-            parse_mode(mode)
+        smoke = modes_mod.expand(args.mode, [DEFAULT_SMOKE])
     except Exception as error:
         print(f"commit: {error}", file=sys.stderr)
         return 2

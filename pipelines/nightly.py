@@ -1,9 +1,10 @@
 """The nightly soak: many sleep cycles across modes, time-bounded,
 resumable, shardable.
 
-  pipelines/nightly --max-cycles 300 [--hours 8] [--mode mem --mode freeze --mode disk]
-                    [--shard i/N] [--run-id ID] [--chunk 20] [lab.run options]
-  pipelines/nightly --run-id ID ...      the same command again: continues that run
+  ./pmlab nightly --max-cycles 300 [--hours 8] [--mode mem*20,freeze,disk]
+                  [--shard i/N] [--run-id ID] [--chunk 20] [--inject 7:fault=...] [lab.run options]
+  ./pmlab nightly --run-id ID ...      the same command again: continues that run
+  (or pipelines/nightly ...)
 
 Plan: cycle n runs modes[(n-1) % len(modes)] (pipelines/plan.py); --shard
 i/N runs only cycles i, i+N, ... into results/<run-id>-shard<i>of<N>/ (the
@@ -37,6 +38,8 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import options  # noqa: E402
+from lab.run import parse_injections  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
@@ -52,23 +55,31 @@ class NightlyError(Exception):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="pipelines/nightly", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab nightly", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", action="append",
-                        help="repeat; MODE*N weighs a mode (mem*20 --mode disk); default mem, freeze, disk")
-    parser.add_argument("--max-cycles", type=int, help="cycles in the whole plan (all shards)")
-    parser.add_argument("--hours", type=float, help="time budget of this invocation")
+    options.add_modes(parser, "mem, freeze, disk; N weighs a mode in the rotation: --mode mem*20 --mode disk",
+                      cycles=False, wake=False)
+    options.add_budget(parser, "cycles in the whole plan (all shards)")
     parser.add_argument("--shard", help="i/N: run only cycles i, i+N, ... of the plan")
-    parser.add_argument("--run-id", help="default nightly-<UTC stamp>; an existing one resumes")
-    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    options.add_results(parser, "default nightly-<UTC stamp>; an existing one resumes")
     parser.add_argument("--chunk", type=int, default=20, help="cycles per lab.run call (one guest boot each)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     lab = parser.add_argument_group("passed to lab.run")
-    for option in ("--artifacts", "--uri", "--profile", "--memory", "--vcpus"):
-        lab.add_argument(option)
-    lab.add_argument("--watchdog", action="append")
-    lab.add_argument("--baseline", action="store_true")
+    options.add_kernel(lab)
+    options.add_guest(lab)
+    options.add_inject(lab, "that cycle of the plan (its number in the whole run, any shard)")
     return parser, parser.parse_args(argv)
+
+
+def inject_options(items, numbers):
+    """--inject PLAN_CYCLE:KNOB=VALUE as lab.run options of the chunk that
+    runs `numbers` (lab.run numbers the chunk's cycles from 1)."""
+    out = []
+    for item in items or ():
+        number, _, knob = item.partition(":")
+        if number.isdigit() and int(number) in numbers:
+            out += ["--inject", f"{numbers.index(int(number)) + 1}:{knob}"]
+    return out
 
 
 def lab_run_command():
@@ -79,16 +90,8 @@ def lab_run_command():
 
 
 def lab_options(args):
-    out = []
-    for option in ("artifacts", "uri", "profile", "memory", "vcpus"):
-        value = getattr(args, option)
-        if value is not None:
-            out += [f"--{option}", str(value)]
-    for value in args.watchdog or ():
-        out += ["--watchdog", value]
-    if args.baseline:
-        out.append("--baseline")
-    return out
+    return options.guest_argv(args) + (["--artifacts", args.artifacts] if args.artifacts else []) + \
+        (["--baseline"] if args.baseline else [])
 
 
 def settle_state(path, args, shard):
@@ -230,9 +233,7 @@ def main(argv=None):
     try:
         shard = plan_mod.parse_shard(args.shard)
         args.mode = plan_mod.expand_modes(args.mode) if args.mode else None
-        for mode in args.mode or ():
-            from lab.modes import parse_mode
-            parse_mode(mode)
+        parse_injections(args.inject)  # bad --inject: refused before any chunk runs
         if args.chunk < 1:
             raise NightlyError("--chunk must be at least 1")
         run_id = args.run_id or f"nightly-{stamp()}"
@@ -323,7 +324,7 @@ def soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard):
         argv = lab_run_command() + ["--results", chunks_root, "--run-id", chunk_id, "--cycles", "1"]
         for mode in chunk_modes:
             argv += ["--mode", mode]
-        code = child.run(argv + lab_options(args))
+        code = child.run(argv + lab_options(args) + inject_options(args.inject, numbers))
         imported = import_chunk(chunk_dir, rundir, run_id)
         if os.path.islink(os.path.join(chunks_root, "latest")):  # lab.run's, pointing at the chunk
             os.unlink(os.path.join(chunks_root, "latest"))

@@ -19,7 +19,9 @@ recorded number.
 import itertools
 import re
 
+from lab import modes
 from lab.records import is_done
+from lab.virt import LabError
 
 DEFAULT_MODES = ("mem", "freeze", "disk")
 # Seconds per cycle before this run has measured any (TCG, q35+OVMF), and per
@@ -43,29 +45,18 @@ def parse_shard(text):
 
 
 def expand_modes(items):
-    """--mode values to the plan's mode list: "mem*20" stands for mem given
-    20 times (a soak of mostly S3 with some hibernation: mem*20, disk)."""
-    out = []
-    for item in items:
-        name, star, weight = str(item).partition("*")
-        if not star:
-            out.append(name)
-            continue
-        if not weight.isdigit() or not 1 <= int(weight) <= 1000:
-            raise PlanError(f"bad mode weight in '{item}': use MODE*N with 1 <= N <= 1000, e.g. mem*20")
-        out += [name] * int(weight)
-    return out
+    """--mode values to the plan's mode list in the one mode grammar
+    (lab.modes): "mem*20" stands for mem given 20 times (a soak of mostly S3
+    with some hibernation: mem*20, disk); every item is checked."""
+    try:
+        return modes.expand(items)
+    except LabError as error:
+        raise PlanError(str(error)) from None
 
 
-def describe_modes(modes):
-    """The inverse of expand_modes for a log line: mem x20 then disk -> "mem*20, disk"."""
-    out = []
-    for mode in modes:
-        if out and out[-1][0] == mode:
-            out[-1][1] += 1
-        else:
-            out.append([mode, 1])
-    return ", ".join(mode if count == 1 else f"{mode}*{count}" for mode, count in out)
+def describe_modes(names):
+    """The inverse of expand_modes for a log line: mem x20 then disk -> "mem*20,disk"."""
+    return modes.describe(names)
 
 
 def mode_of(number, modes):
@@ -120,6 +111,7 @@ def seconds_per_cycle(records):
 
 
 def estimate(mode, per_mode):
+    mode = mode.partition("/")[0]  # "disk/reboot": the mode, not its wake source
     kind = "pm_test" if mode.startswith("pm_test") else mode
     return per_mode.get(kind, max(DEFAULT_SECONDS.values()))
 

@@ -1,8 +1,8 @@
 """A soak on several guests at once, and its numbers.
 
-  pipelines/soak --guests 2 --max-cycles 2100 --mode 'mem*20' --mode disk [--run-id ID]
-  pipelines/soak --report ID      the numbers of a soak again (also of one still running:
-                                  the cycles its lab.run processes have recorded so far)
+  ./pmlab soak --guests 2 --max-cycles 2100 --mode 'mem*20,disk' [--run-id ID]
+  ./pmlab soak --report ID      the numbers of a soak again (also of one still running:
+                                the cycles its lab.run processes have recorded so far)
 
 Each guest is one pipelines/nightly shard (--shard i/N, one --run-id), all
 started at once. The kernel artifacts are first copied into
@@ -36,6 +36,9 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import options  # noqa: E402
+from lab.run import parse_injections  # noqa: E402
+from lab.virt import LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab import bench  # noqa: E402
@@ -51,21 +54,24 @@ class SoakError(Exception):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="pipelines/soak", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab soak", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--guests", type=int, default=2, help="guests (nightly shards) in parallel")
-    parser.add_argument("--max-cycles", type=int, help="cycles in the whole soak, all guests")
-    parser.add_argument("--hours", type=float, help="time budget of each shard")
-    parser.add_argument("--mode", action="append", help="as nightly: MODE or MODE*N (default mem*20, disk)")
-    parser.add_argument("--run-id", help="default soak-<UTC stamp>; an existing one resumes")
-    parser.add_argument("--results", default=os.path.join(REPO, "results"))
-    parser.add_argument("--artifacts", default=os.path.join(REPO, "build", "out"))
+    options.add_modes(parser, "mem*20, disk; as nightly, N weighs a mode in the rotation",
+                      cycles=False, wake=False)
+    options.add_budget(parser, "cycles in the whole soak, all guests")
+    options.add_results(parser, "default soak-<UTC stamp>; an existing one resumes")
+    options.add_kernel(parser, artifacts_default=os.path.join(REPO, "build", "out"))
     parser.add_argument("--chunk", type=int,
                         help="cycles per lab.run process (default: the whole shard, one process per guest)")
     parser.add_argument("--bench-cycles", type=int, default=20, help="lab.bench cycles at the end (0: none)")
     parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak")
-    parser.add_argument("--watchdog", action="append", help="passed to lab.run")
-    return parser.parse_args(argv)
+    parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS", help="passed to lab.run")
+    options.add_inject(parser, "that cycle of the soak's plan (passed to the nightly shard that runs it)")
+    args = parser.parse_args(argv)
+    if args.baseline:
+        args.artifacts = os.path.join(REPO, "build", "baseline", "out")
+    return args
 
 
 # ---------------------------------------------------------------- running
@@ -112,6 +118,8 @@ def run_shards(args, artifacts):
             argv += ["--mode", mode]
         for watchdog in args.watchdog or ():
             argv += ["--watchdog", watchdog]
+        for item in args.inject or ():
+            argv += ["--inject", item]
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           errors="replace", bufsize=1, start_new_session=True))
 
@@ -307,11 +315,12 @@ def main(argv=None):
             raise SoakError("give --max-cycles N and/or --hours H")
         args.mode = args.mode or ["mem*20", "disk"]
         plan_mod.expand_modes(args.mode)
+        parse_injections(args.inject)
         args.run_id = args.run_id or f"soak-{stamp()}"
         run_path = os.path.join(args.results, args.run_id)
         os.makedirs(run_path, exist_ok=True)
         artifacts = pin_artifacts(os.path.abspath(args.artifacts), run_path)
-    except (SoakError, plan_mod.PlanError, OSError) as error:
+    except (SoakError, plan_mod.PlanError, LabError, OSError) as error:
         print(f"soak: {error}", file=sys.stderr)
         return 2
     command = "pipelines/soak " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -17,7 +17,7 @@ def test_mode_weights_expand_and_keep_the_mix_per_shard():
         assert 40 <= mine.count("disk") <= 60, "both guests hibernate (58 and 42 of the 100)"
 
 
-@pytest.mark.parametrize("bad", ["mem*0", "mem*x", "mem*", "mem*1001"])
+@pytest.mark.parametrize("bad", ["mem*0", "mem*x", "mem*", "mem*100001"])
 def test_bad_mode_weights_are_refused(bad):
     with pytest.raises(plan_mod.PlanError, match="MODE\\*N"):
         plan_mod.expand_modes([bad])

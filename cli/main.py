@@ -1,0 +1,245 @@
+"""./pmlab VERB [options]: every pmlab job behind one command, in the manner
+of kunit.py. `./pmlab VERB --help` documents each verb.
+
+The options shared by several verbs (--mode in its one grammar, --baseline,
+--artifacts, --inject, --results, --run-id, --hours, the guest options) are
+defined once, in lab/options.py; each verb's module builds its parser from
+them. The older entry points (python3 -m lab.run, pipelines/commit, ...)
+remain and take the same options.
+
+Exit status: the verb's (0 success, 1 a failed cycle or regression, 2 bad
+input or setup); 2 with the usage for an unknown verb.
+"""
+
+import argparse
+import os
+import sys
+
+from lab import options
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"
+
+
+# ------------------------------------------------------------------ verbs
+
+def run(argv):
+    """boot guests, run sleep cycles, write results/<run-id>/, draw the dashboard"""
+    from lab import run as lab_run
+    parser = argparse.ArgumentParser(
+        prog="pmlab run", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=lab_run.__doc__ + "\nThen the dashboard over the results root: RESULTS/dashboard.{json,html}.\n"
+        "./pmlab run first installs and builds what is missing (the pmlab script's prepare step).")
+    lab_run.add_options(parser)
+    parser.add_argument("--no-dashboard", action="store_true", help="do not draw the dashboard afterwards")
+    args = parser.parse_args(argv)
+    code = lab_run.main([arg for arg in argv if arg != "--no-dashboard"])
+    if code == 2 or args.no_dashboard:  # bad input or setup: nothing ran
+        return code
+    drawn = dashboard(["--results", args.results])
+    print(f"pmlab: dashboard {os.path.join(args.results, 'dashboard.html')} (lab.run exit {code}, "
+          f"dashboard exit {drawn})", file=sys.stderr)
+    return code or (1 if drawn else 0)
+
+
+TEST_HELP = """usage: pmlab test [--results DIR] [pytest options and arguments]
+
+Run the test suite: /usr/bin/python3 -m pytest pytest/ -p no:cacheprovider
+--junitxml=RESULTS/junit.xml, followed by every argument given here
+(e.g. ./pmlab test -m 'not guest', ./pmlab test pytest/test_judge.py -k mem).
+./pmlab test first installs, checks the patch series and builds (the pmlab
+script's prepare step).
+
+  --results DIR   results root of the guest tests' run and of junit.xml
+                  (pytest's own name for it is --lab-results)
+
+The suite's own options (--mode in the one mode grammar, --baseline,
+--uri, --watchdog, ...): /usr/bin/python3 -m pytest pytest/ --help.
+"""
+
+
+def test(argv):
+    """the test suite: pytest over pytest/ (arguments go to pytest)"""
+    if "-h" in argv or "--help" in argv:
+        print(TEST_HELP, end="")
+        return 0
+    results, rest, index = options.RESULTS, [], 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--results" and index + 1 < len(argv):
+            results, index = argv[index + 1], index + 2
+            continue
+        if arg.startswith("--results="):
+            results = arg.partition("=")[2]
+        else:
+            rest.append(arg)
+        index += 1
+    results = os.path.abspath(results)
+    os.makedirs(results, exist_ok=True)
+    command = [PYTHON, "-m", "pytest", "pytest/", "-p", "no:cacheprovider",
+               f"--junitxml={os.path.join(results, 'junit.xml')}", "--lab-results", results] + rest
+    os.chdir(REPO)
+    sys.stdout.flush()
+    os.execv(PYTHON, command)
+
+
+def judge(argv):
+    """judge a recorded run again with the current oracle and rules"""
+    from lab import rejudge
+    parser = argparse.ArgumentParser(prog="pmlab judge", description=rejudge.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Exit: 0 every verdict as recorded, 1 some differ (or a report "
+                                            "could not be read), 2 bad input.")
+    parser.add_argument("run", nargs="?", default="latest", metavar="RUN_DIR_OR_ID",
+                        help="a run directory, or a run id under --results (default: latest)")
+    options.add_results(parser, run_id_help=None)
+    parser.add_argument("--changed", action="store_true", help="print only the cycles whose verdict changed")
+    args = parser.parse_args(argv)
+    path = args.run if os.path.isdir(args.run) else os.path.join(args.results, args.run)
+    try:
+        items = rejudge.rejudge_run(path)
+    except Exception as error:  # lab.virt.LabError: not a run directory
+        print(f"judge: {error}", file=sys.stderr)
+        return 2
+    for item in items:
+        if item.differs or not args.changed:
+            print(rejudge.describe(item))
+    judged = [item for item in items if item.new is not None]
+    changed = [item for item in items if item.changed]
+    unreadable = [item for item in items if item.unreadable]
+    print(f"judge: {os.path.realpath(path)}: {len(items)} cycles, {len(judged)} judged again, "
+          f"{len(changed)} changed, {len(unreadable)} with an unreadable report, "
+          f"{len(items) - len(judged) - len(unreadable)} kept as recorded")
+    return 1 if changed or unreadable else 0
+
+
+def dashboard(argv):
+    """compute and render the dashboard over result runs"""
+    from dashboards import compute, render
+    parser = argparse.ArgumentParser(
+        prog="pmlab dashboard", description="The dashboard over result runs: dashboards.compute writes "
+        "the JSON, dashboards.render the page next to it (Chart.js).")
+    parser.add_argument("paths", nargs="*", metavar="RESULTS_DIR_OR_RUN_DIR",
+                        help="runs to show (default: every run under --results)")
+    options.add_results(parser, run_id_help=None)
+    parser.add_argument("-o", "--output", help="dashboard JSON (default RESULTS/dashboard.json)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    args = parser.parse_args(argv)
+    os.makedirs(args.results, exist_ok=True)
+    output = args.output or os.path.join(args.results, "dashboard.json")
+    code = compute.main((args.paths or [args.results]) + ["-o", output] + (["--strict"] if args.strict else []))
+    if code not in (0, None) and not os.path.isfile(output):
+        return code
+    rendered = render.main([output])
+    return code or rendered or 0
+
+
+def bench(argv):
+    """the harness's S3 cycle against a raw QEMU+QMP loop"""
+    from lab import bench as lab_bench
+    return lab_bench.main(argv)
+
+
+def commit(argv):
+    """the commit pipeline: build, smoke cycles, fault campaign, dashboard, regression gate"""
+    from pipelines import commit as pipeline
+    return pipeline.main(argv)
+
+
+def nightly(argv):
+    """a long run across modes: time-bounded, resumable, shardable"""
+    from pipelines import nightly as pipeline
+    return pipeline.main(argv)
+
+
+def soak(argv):
+    """several guests at once (nightly shards), merged, with the soak's numbers"""
+    from pipelines import soak as pipeline
+    return pipeline.main(argv)
+
+
+def bisect(argv):
+    """find the first bad patch of the series"""
+    from pipelines import bisect as pipeline
+    return pipeline.main(argv)
+
+
+LAVA_DOC = """Run pmlab's LAVA S3 job end to end on this machine with lava-run (no
+LAVA server): pipelines/lava/run-local. S3 cycles woken by the guest's RTC
+alarm, judged from the job log into RESULTS/<run-id>/cycles.jsonl.
+
+  ./pmlab lava [--mode mem/rtc*3] [--rtc SECONDS] [--baseline | --artifacts DIR]
+               [--results DIR] [--run-id ID] [--no-s3]
+
+--no-s3 disables S3 on the QEMU machine: a negative control, every cycle must
+then fail. Runs as root (installs lava-dispatcher when missing).
+Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
+"""
+
+
+def lava(argv):
+    """the LAVA S3 job on this machine (lava-run, no server)"""
+    try:
+        command = lava_command(argv)
+    except ValueError as error:
+        print(f"lava: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    os.execv(command[0], command)
+
+
+def lava_command(argv):
+    """pipelines/lava/run-local's command line for `./pmlab lava` options;
+    ValueError for a mode the job cannot run."""
+    from lab import modes
+    parser = argparse.ArgumentParser(prog="pmlab lava", description=LAVA_DOC,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_modes(parser, "mem/rtc*3; the job runs mem cycles woken by the RTC only", wake=False)
+    parser.add_argument("--rtc", type=int, default=2, metavar="SECONDS", help="RTC alarm per cycle (default 2)")
+    options.add_kernel(parser)
+    options.add_results(parser, "default lava-<UTC stamp>-<pid>")
+    parser.add_argument("--no-s3", action="store_true", help="negative control: QEMU without S3")
+    args = parser.parse_args(argv)
+    items = args.mode or (["mem/rtc"] if args.cycles else ["mem/rtc*3"])
+    try:
+        if any(name != "mem" or wake not in (None, "rtc") for name, wake, _ in modes.parse_items(items)):
+            raise ValueError("the LAVA job runs mem cycles woken by the RTC only: give --mode mem*N (or mem/rtc*N)")
+        plan = modes.plan(items, args.cycles, wake="rtc")
+    except Exception as error:  # lab.virt.LabError from the grammar
+        raise ValueError(str(error)) from None
+    artifacts = os.path.join(REPO, "build", "baseline", "out") if args.baseline else args.artifacts
+    command = [os.path.join(REPO, "pipelines", "lava", "run-local"),
+               "--cycles", str(sum(count for _, count in plan)), "--rtc", str(args.rtc),
+               "--results", os.path.abspath(args.results)]
+    command += ["--artifacts", os.path.abspath(artifacts)] if artifacts else []
+    command += ["--run-id", args.run_id] if args.run_id else []
+    command += ["--no-s3"] if args.no_s3 else []
+    return command
+
+
+VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, bench, commit, nightly, soak, bisect, lava)}
+
+
+def usage():
+    width = max(len(name) for name in VERBS)
+    lines = ["usage: ./pmlab VERB [options]   (./pmlab VERB --help for each)", "", "verbs:"]
+    lines += [f"  {name:<{width}}  {verb.__doc__}" for name, verb in VERBS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(__doc__.split("\n\n")[0] + "\n")
+        print(usage(), end="")
+        return 0
+    if not argv or argv[0] not in VERBS:
+        problem = f"unknown verb '{argv[0]}'" if argv else "no verb given"
+        print(f"pmlab: {problem}\n\n{usage()}", end="", file=sys.stderr)
+        return 2
+    code = VERBS[argv[0]](argv[1:])
+    return 0 if code is None else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The command-line options every pmlab command shares, defined once.
+
+./pmlab's verbs (cli/main.py) and the modules behind them (lab.run,
+lab.bench, pipelines.commit/nightly/soak/bisect, the LAVA job) build their
+parsers from these pieces, so an option has one spelling and one meaning
+everywhere. They live in lab/ because lab.run parses them itself (nightly
+runs it as a process) and lab imports nothing above it.
+
+  --mode MODE[/WAKE][*N]   the one mode grammar (lab/modes.py)
+  --cycles N               older spelling of a count: --mode mem --cycles 10
+  --baseline / --artifacts which kernel: build/baseline/out or a directory
+  --inject CYCLE:KNOB=VALUE
+  --results DIR            the results root (every command; pytest's is
+                           --lab-results, ./pmlab test translates)
+  --hours H                wall-clock budget of this invocation
+"""
+
+import os
+
+from lab import modes
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "results")
+MODE_HELP = (f"{modes.GRAMMAR}; repeat or join with commas. MODE is mem, freeze, disk or "
+             "pm_test-{freezer,devices,platform,processors,core}; WAKE for mem: pmwakeup|rtc, "
+             "freeze: powerbutton, disk: platform|reboot")
+
+
+def add_modes(parser, default_text, cycles=True, wake=True):
+    """--mode (and the older --cycles, --wake)."""
+    parser.add_argument("--mode", action="append", metavar="MODE[/WAKE][*N]",
+                        help=f"{MODE_HELP} (default {default_text})")
+    if cycles:
+        parser.add_argument("--cycles", metavar="N",
+                            help="older spelling of a count: --mode mem --cycles 10 is --mode mem*10")
+    if wake:
+        parser.add_argument("--wake", help="wake source of every --mode item that names none")
+
+
+def add_kernel(parser, artifacts_default=None):
+    """--artifacts DIR and --baseline (the unpatched kernel: build/baseline/out)."""
+    parser.add_argument("--artifacts", default=artifacts_default, metavar="DIR",
+                        help="kernel artifact directory (default build/out)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="use the unpatched baseline kernel, build/baseline/out (kernel/build --baseline)")
+
+
+def add_guest(parser, defaults=None):
+    """libvirt URI, machine profile, guest size and watchdogs, as lab.run takes them.
+    `defaults` {option: value}; None leaves an option to lab.run's default."""
+    defaults = defaults or {}
+    parser.add_argument("--uri", default=defaults.get("uri"), help="libvirt URI (default qemu:///system)")
+    parser.add_argument("--profile", default=defaults.get("profile"), choices=defaults.get("profiles"),
+                        help="machine: q35-ovmf (default) or the faster pc-seabios")
+    parser.add_argument("--memory", type=int, default=defaults.get("memory"), help="guest MiB (default 512)")
+    parser.add_argument("--vcpus", type=int, default=defaults.get("vcpus"), help="guest CPUs (default 1)")
+    parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS",
+                        help="boot, suspend, resume, hibernate or restore watchdog")
+
+
+def guest_argv(args):
+    """The add_guest options given, as lab.run arguments."""
+    out = []
+    for option in ("uri", "profile", "memory", "vcpus"):
+        value = getattr(args, option, None)
+        if value is not None:
+            out += [f"--{option}", str(value)]
+    for value in getattr(args, "watchdog", None) or ():
+        out += ["--watchdog", value]
+    return out
+
+
+def add_inject(parser, what="one cycle"):
+    parser.add_argument("--inject", action="append", metavar="CYCLE:KNOB=VALUE",
+                        help=f"pmtest knob for {what}, e.g. '2:fault=* suspend 5 1' or '2:delay=* suspend 60000'")
+
+
+def add_results(parser, run_id_help="default: a new id"):
+    """--results DIR and, unless run_id_help is None, --run-id."""
+    parser.add_argument("--results", default=RESULTS, metavar="DIR",
+                        help="results root: runs go to DIR/<run-id>/ (default results/)")
+    if run_id_help is not None:
+        parser.add_argument("--run-id", help=run_id_help)
+
+
+def add_budget(parser, cycles_help="cycles in the whole plan"):
+    """--max-cycles and --hours of a long run (nightly, soak)."""
+    parser.add_argument("--max-cycles", type=int, metavar="N", help=cycles_help)
+    parser.add_argument("--hours", type=float, metavar="H",
+                        help="wall-clock budget of this invocation: no chunk of cycles starts that "
+                             "would not end within it (a resumed run gets a new budget)")

@@ -1,0 +1,92 @@
+"""Judge a recorded run again, offline, with the current code and rules
+(`./pmlab judge RUN_DIR`, in the manner of `kunit.py parse`).
+
+A finished cycle that kept its guest report (RUN_DIR/reports/cycleN.txt.gz)
+goes through lab.cycle.judge_with_order again, the function that judged it
+live, with what the record kept of the rest (libvirt events, console
+evidence, host timeline, tmpfs token, boot id). A cycle without a report was
+decided by the host's watch (hang, kernel panic, lab error, a hibernation
+that booted afresh): there is nothing to judge again, it is listed as kept.
+Nothing in the run directory is changed. A cycle whose report cannot be
+read counts as a difference: the run could not be checked.
+"""
+
+import gzip
+import os
+from dataclasses import dataclass
+
+from lab import modes
+from lab.cycle import judge_with_order
+from lab.records import read_cycles
+from lab.virt import LabError
+
+
+@dataclass
+class Rejudged:
+    cycle: int
+    mode: str
+    old: tuple  # (verdict, phase) as recorded
+    new: tuple  # (verdict, phase) now; None: not judged again
+    reason: str = None  # the new reason, or why the cycle was not judged again
+    unreadable: bool = False  # it has a report, but the report cannot be read
+
+    @property
+    def changed(self):
+        return self.new is not None and self.new != self.old
+
+    @property
+    def differs(self):
+        """Counts against the run: a changed verdict, or a report that could not be judged."""
+        return self.changed or self.unreadable
+
+
+def read_report(run_dir, relative):
+    path = os.path.join(run_dir, relative)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", errors="replace") as source:
+        return source.read()
+
+
+def rejudge_record(run_dir, record):
+    """One cycle's Rejudged."""
+    old = (record.get("verdict"), record.get("phase"))
+    label = f"{record.get('mode')}/{record.get('wake')}"
+    if record.get("status") != "done":
+        return Rejudged(record["cycle"], label, ("unfinished", None), None, "only its 'started' line")
+    if not record.get("report"):
+        return Rejudged(record["cycle"], label, old, None, "no guest report: the host's watch decided it")
+    try:
+        text = read_report(run_dir, record["report"])
+    except (OSError, EOFError) as error:
+        return Rejudged(record["cycle"], label, old, None, f"report unreadable: {error}", unreadable=True)
+    mode = modes.parse_mode(record["mode"], record.get("wake"))
+    # report_status: pmlab-cycle's exit status; records older than the field
+    # were written only for status 0 or with a reason naming the status.
+    result = judge_with_order(mode, text, record.get("report_status", 0), record.get("libvirt_events") or [],
+                              record.get("evidence") or [], record.get("timeline") or [],
+                              record.get("token"), record.get("guest_boot_id"))
+    return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))
+
+
+def rejudge_run(run_dir):
+    """[Rejudged] for every cycle of RUN_DIR/cycles.jsonl; LabError if the
+    directory has no cycles."""
+    path = os.path.join(run_dir, "cycles.jsonl")
+    if not os.path.isfile(path):
+        raise LabError(f"{run_dir} is not a run directory: it has no cycles.jsonl")
+    records = read_cycles(path)
+    if not records:
+        raise LabError(f"{path} holds no cycle records")
+    return [rejudge_record(run_dir, record) for record in records]
+
+
+def describe(item):
+    old = "/".join(str(v) for v in item.old if v)
+    if item.new is None:
+        return (f"cycle {item.cycle:>4} {item.mode}: {old.upper()} "
+                f"{'NOT JUDGED' if item.unreadable else 'kept'} ({item.reason})")
+    new = "/".join(str(v) for v in item.new if v)
+    text = f"cycle {item.cycle:>4} {item.mode}: {old.upper()} -> {new.upper()}"
+    if item.changed:  # the reason's first line (an ordering violation goes on with its context)
+        text += f"  CHANGED: {(item.reason or '').splitlines()[0] if item.reason else None}"
+    return text

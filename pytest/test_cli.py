@@ -1,0 +1,194 @@
+"""./pmlab's command line (pmlab, cli/main.py) and the one mode grammar
+(lab/modes.py) with the option pieces every command shares (lab/options.py)."""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from cli import main as cli
+from lab import modes, options
+from lab.virt import LabError
+from conftest import REPO
+from pipelines import bisect as bisect_mod
+from pipelines import commit as commit_mod
+from pipelines import nightly as nightly_mod
+from recorded_run import make_run_dir
+
+
+def pmlab(*args, timeout=60):
+    """./pmlab itself (the sh wrapper): --help must never install or build."""
+    return subprocess.run([os.path.join(REPO, "pmlab"), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ------------------------------------------------------------------ verbs
+
+@pytest.mark.parametrize("verb", list(cli.VERBS))
+def test_every_verb_documents_itself(verb):
+    done = pmlab(verb, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: pmlab {verb}")
+    assert "== pmlab:" not in done.stderr, "--help ran the install/build step"
+
+
+@pytest.mark.parametrize("verb", ["run", "commit", "nightly", "soak", "bisect", "bench", "lava"])
+def test_verbs_that_take_modes_share_the_grammar(verb):
+    done = pmlab(verb, "--help")
+    assert "--mode MODE[/WAKE][*N]" in done.stdout
+    if verb != "bisect":  # its steps keep their runs under --build-dir
+        assert "--results DIR" in done.stdout
+
+
+def test_the_verb_list():
+    done = pmlab("--help")
+    assert done.returncode == 0
+    assert [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")] == list(cli.VERBS)
+    assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "bench", "commit", "nightly", "soak",
+                               "bisect", "lava"]
+
+
+@pytest.mark.parametrize("args, problem", [(["frobnicate"], "unknown verb 'frobnicate'"),
+                                           ([], "no verb given")])
+def test_a_bad_verb_exits_2_with_the_usage(args, problem):
+    done = pmlab(*args)
+    assert done.returncode == 2
+    assert problem in done.stderr
+    assert "usage: ./pmlab VERB" in done.stderr and "  judge " in done.stderr
+
+
+def test_test_verb_passes_its_arguments_to_pytest_and_results_to_lab_results(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli.main", "test", "--results", str(tmp_path),
+                           "--collect-only", "-q", "pytest/test_modes.py"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pytest/test_modes.py::test_default_plan_is_the_sample" in done.stdout
+    assert (tmp_path / "junit.xml").is_file()
+
+
+@pytest.mark.parametrize("mode", ["disk*2", "mem/pmwakeup*2", "mem*2,freeze"])
+def test_lava_refuses_modes_the_job_cannot_run(mode):
+    done = subprocess.run([sys.executable, "-m", "cli.main", "lava", "--mode", mode], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "runs mem cycles woken by the RTC only" in done.stderr
+
+
+def test_dashboard_verb_draws_the_page_over_the_results(tmp_path):
+    run = make_run_dir(tmp_path / "run-recorded")
+    cycles = {json.loads(line)["cycle"] for line in (run / "cycles.jsonl").read_text().splitlines()}
+    done = subprocess.run([sys.executable, "-m", "cli.main", "dashboard", "--results", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    dashboard = json.loads((tmp_path / "dashboard.json").read_text())
+    assert dashboard["inputs"]["cycles"] == len(cycles) == 11 and dashboard["inputs"]["runs"] == 1
+    assert (tmp_path / "dashboard.html").is_file()
+
+
+def test_lava_options_become_run_locals():
+    command = cli.lava_command(["--mode", "mem*2", "--mode", "mem/rtc", "--baseline", "--no-s3", "--run-id", "x"])
+    assert command[0] == os.path.join(REPO, "pipelines", "lava", "run-local")
+    assert " ".join(command[1:]) == (f"--cycles 3 --rtc 2 --results {REPO}/results "
+                                     f"--artifacts {REPO}/build/baseline/out --run-id x --no-s3")
+    assert cli.lava_command(["--cycles", "5"])[1:3] == ["--cycles", "5"]
+
+
+def test_run_refuses_bad_input_before_any_guest(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli.main", "run", "--mode", "mem=3", "--results", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "'mem=3' is the old MODE=COUNT form: write mem*3" in done.stderr
+    assert not (tmp_path / "dashboard.json").exists()
+
+
+# ------------------------------------------------------------------ the mode grammar
+
+def plan_of(items, cycles=None, wake=None):
+    return [(mode.name, mode.wake, count) for mode, count in modes.plan(items, cycles, wake)]
+
+
+@pytest.mark.parametrize("items, want", [
+    (["mem*10"], [("mem", "pmwakeup", 10)]),
+    (["mem*10", "disk*3"], [("mem", "pmwakeup", 10), ("disk", "platform", 3)]),
+    (["mem*3,freeze*2,disk"], [("mem", "pmwakeup", 3), ("freeze", "powerbutton", 2), ("disk", "platform", 1)]),
+    (["disk/reboot*2", "mem/rtc"], [("disk", "reboot", 2), ("mem", "rtc", 1)]),
+    (["pm_test-core*4"], [("pm_test-core", "none", 4)]),
+])
+def test_mode_grammar_forms(items, want):
+    assert plan_of(items) == want
+
+
+def test_older_count_spelling_still_works():
+    assert plan_of(["mem", "freeze"], "3") == [("mem", "pmwakeup", 3), ("freeze", "powerbutton", 3)]
+    assert plan_of(None, "2") == [("mem", "pmwakeup", 2), ("freeze", "powerbutton", 2), ("disk", "platform", 2)]
+    assert plan_of(["mem", "disk/reboot"], wake="rtc") == [("mem", "rtc", 1), ("disk", "reboot", 1)]
+
+
+@pytest.mark.parametrize("items, cycles, message", [
+    (["mem=3"], None, "'mem=3' is the old MODE=COUNT form: write mem*3"),
+    (["mem*3,freeze=2"], None, "write freeze*2"),
+    (["mem*0"], None, "bad count in mode 'mem*0'"),
+    (["mem*x"], None, "write MODE*N"),
+    (["mem*"], None, "bad count"),
+    (["mem/"], None, "names no wake source"),
+    (["mem,,disk"], None, "empty mode"),
+    (["sleepy*2"], None, "unknown mode 'sleepy'"),
+    (["freeze/rtc"], None, "hangs under QEMU"),
+    (["mem*3"], "2", "has its count already: drop --cycles"),
+])
+def test_mode_grammar_errors_name_the_item_and_the_fix(items, cycles, message):
+    with pytest.raises(LabError, match=re.escape(message)):
+        modes.plan(items, cycles)
+
+
+def test_expand_and_describe_are_inverse():
+    names = modes.expand(["mem*3,freeze", "disk/reboot*2"])
+    assert names == ["mem", "mem", "mem", "freeze", "disk/reboot", "disk/reboot"]
+    assert modes.describe(names) == "mem*3,freeze,disk/reboot*2"
+    assert [m.name for m in map(modes.mode_of, names)] == ["mem"] * 3 + ["freeze"] + ["disk"] * 2
+    assert modes.mode_of("disk/reboot").wake == "reboot"
+
+
+# ------------------------------------------------------------------ older spellings
+
+def test_commit_and_bisect_translate_the_older_smoke_form():
+    assert commit_mod.parse_args(["--smoke", "mem=3,freeze=2,disk=1"]).mode == ["mem*3,freeze*2,disk*1"]
+    assert commit_mod.parse_smoke("mem=2,freeze,disk=1") == ["mem", "mem", "freeze", "disk"]
+    assert bisect_mod.parse_args(["1", "2", "--smoke", "mem=2"]).mode == ["mem*2"]
+    assert bisect_mod.parse_args(["1", "2"]).mode == [bisect_mod.DEFAULT_SMOKE]
+
+
+def test_smoke_and_mode_together_is_an_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        commit_mod.parse_args(["--smoke", "mem=2", "--mode", "mem"])
+    assert exit_info.value.code == 2
+    assert "give the smoke cycles once" in capsys.readouterr().err
+
+
+def test_nightly_passes_an_injection_to_the_chunk_that_runs_its_cycle():
+    items = ["7:fault=* suspend 5 1", "30:delay=* resume 100"]
+    assert nightly_mod.inject_options(items, [5, 6, 7, 8]) == ["--inject", "3:fault=* suspend 5 1"]
+    assert nightly_mod.inject_options(items, [1, 2]) == []
+
+
+def test_shared_results_option_has_one_meaning():
+    parser = argparse.ArgumentParser()
+    options.add_results(parser)
+    options.add_budget(parser)
+    args = parser.parse_args(["--hours", "1.5"])
+    assert args.results == os.path.join(REPO, "results") and args.hours == 1.5
+    for module in (nightly_mod, commit_mod):
+        assert module.parse_args([] if module is commit_mod else ["--max-cycles", "1"]) is not None
+
+
+@pytest.mark.parametrize("verb, extra", [("nightly", ["--dry-run"]), ("soak", [])])
+def test_long_runs_refuse_a_bad_injection_before_anything_runs(verb, extra, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli.main", verb, "--max-cycles", "3", "--inject", "2:nope=1",
+                           "--results", str(tmp_path), *extra], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "bad --inject '2:nope=1'" in done.stderr
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,90 @@
+"""./pmlab judge (lab/rejudge.py): a recorded run judged again offline gives
+the verdicts the live run stored, and other verdicts when a rule changes.
+
+The run directory is made of real recordings (pytest/recorded_run.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli import main as cli
+from lab import rejudge
+from lab.oracle import rules
+from conftest import REPO
+from recorded_run import make_run_dir
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return make_run_dir(tmp_path / "run-recorded")
+
+
+def stored(run):
+    out = {}
+    for line in (run / "cycles.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out[record["cycle"]] = (record.get("verdict"), record.get("phase"))
+    return out
+
+
+def pmlab_judge(*args):
+    return subprocess.run([sys.executable, "-m", "cli.main", "judge", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_judge_reproduces_the_stored_verdicts(run_dir):
+    done = pmlab_judge(run_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    items = rejudge.rejudge_run(str(run_dir))
+    recorded = stored(run_dir)
+    judged = [item for item in items if item.new is not None]
+    assert len(judged) == 10, "every recorded cycle with a report is judged again"
+    assert {item.old for item in judged} >= {("pass", None), ("fail", "suspend"), ("fail", "resume")}
+    for item in judged:
+        assert item.new == item.old == recorded[item.cycle]
+    hang = [item for item in items if item.old[0] == "hang"]
+    assert hang and hang[0].new is None, "a hang has no report: the host's watch decided it"
+    assert "0 changed" in done.stdout and "HANG/SUSPEND kept" in done.stdout
+
+
+def test_judge_changes_verdicts_when_a_rule_changes(run_dir, monkeypatch, capsys):
+    # The seed's rule: children suspend before their parents. Reversed, every
+    # recorded cycle that reached the devices phase breaks it.
+    monkeypatch.setitem(rules.PARENT_FIRST, "suspend", True)
+    assert cli.main(["judge", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    changed = [item for item in rejudge.rejudge_run(str(run_dir)) if item.changed]
+    assert {item.mode for item in changed} >= {"mem/pmwakeup", "freeze/powerbutton", "disk/platform"}
+    assert all(item.old == ("pass", None) and item.new == ("fail", "ordering") for item in changed)
+    assert "PASS -> FAIL/ORDERING  CHANGED: order:" in out and "children run before their parents" in out
+
+
+def test_judge_changes_a_verdict_when_the_proof_rule_changes(run_dir, monkeypatch):
+    # lab/cycle.py's proof rules are judged again too: pm_test-core must now
+    # reach a phase its recording never reached.
+    from lab import cycle
+    monkeypatch.setitem(cycle.PM_TEST_REACH, "core", ("machine_suspend", "thaw_processes"))
+    changed = [item for item in rejudge.rejudge_run(str(run_dir)) if item.changed]
+    assert [(item.mode, item.new) for item in changed] == [("pm_test-core/none", ("fail", "sleep"))]
+
+
+def test_judge_counts_an_unreadable_report_against_the_run(run_dir):
+    os.unlink(run_dir / "reports" / "cycle3.txt.gz")
+    done = pmlab_judge(run_dir, "--changed")
+    assert done.returncode == 1
+    assert "cycle    3 freeze/powerbutton: PASS NOT JUDGED (report unreadable" in done.stdout
+    assert "cycle    1 " not in done.stdout  # --changed prints only what differs
+
+
+def test_judge_finds_a_run_by_id_under_results(run_dir):
+    done = pmlab_judge(run_dir.name, "--results", run_dir.parent)
+    assert done.returncode == 0, done.stderr
+
+
+def test_judge_refuses_a_directory_that_is_no_run(tmp_path):
+    done = pmlab_judge(tmp_path)
+    assert done.returncode == 2
+    assert f"{tmp_path} is not a run directory: it has no cycles.jsonl" in done.stderr
