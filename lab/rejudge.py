@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from lab import modes
 from lab.cycle import judge_with_order
-from lab.records import read_cycles
+from lab.records import cycles_path, read_cycles
 from lab.virt import LabError
 
 
@@ -71,7 +71,7 @@ def rejudge_record(run_dir, record):
 def rejudge_run(run_dir):
     """[Rejudged] for every cycle of RUN_DIR/cycles.jsonl; LabError if the
     directory has no cycles."""
-    path = os.path.join(run_dir, "cycles.jsonl")
+    path = cycles_path(run_dir)
     if not os.path.isfile(path):
         raise LabError(f"{run_dir} is not a run directory: it has no cycles.jsonl")
     records = read_cycles(path)
