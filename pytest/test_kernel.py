@@ -137,8 +137,8 @@ def test_s3_logs_every_callback_of_every_pmtest_device_in_rule_order(lab_run, pa
         assert all(c.ret == 0 for c in device_calls), device
     assert drivers == {"pmtest_full": PLATFORM_DEVICES, "pmtest_compat": PLATFORM_DEVICES,
                        "pmtest_legacy": PLATFORM_DEVICES, "pmtest_edu": 1}
-    assert oracle.judge(calls, oracle.pmtest_parents(calls)) == []
     trace_calls, parents = oracle.from_trace(sections["trace"])
+    assert oracle.judge(calls, oracle.pmtest_parents(calls, oracle.tree_from_trace(parents))) == []
     assert {c.device.split(" (")[0] for c in trace_calls} >= set(by_device)
     assert oracle.judge(trace_calls, parents) == []
 
@@ -152,7 +152,10 @@ def test_hibernation_boot_kernel_quiesces_full_driver_and_freezes_compat(lab_run
     kernels = oracle.split_kernels(console)
     assert len(kernels) == 1, f"expected the boot kernel's records only, got {len(kernels)} kernels"
     boot = kernels[0]
-    assert oracle.judge(boot, oracle.pmtest_parents(boot)) == []
+    # The tree as the image kernel's trace reports it (same module parameters).
+    sections = report_sections(lab_run, record)
+    tree = oracle.tree_from_trace(oracle.from_trace(sections["trace"])[1])
+    assert oracle.judge(boot, oracle.pmtest_parents(boot, tree)) == []
     by_device = sequences(boot)
     expected = {"pmtest_full": ["prepare", "quiesce", "quiesce_late", "quiesce_noirq"],
                 "pmtest_compat": ["prepare", "freeze", "freeze_late", "freeze_noirq"],
@@ -165,8 +168,8 @@ def test_hibernation_boot_kernel_quiesces_full_driver_and_freezes_compat(lab_run
         assert {c.event for c in device_calls} == {"quiesce"}, device
     assert seen == set(expected)
     # The image kernel after the jump: restore side, judged from its own log.
-    image = oracle.from_pmtest(report_sections(lab_run, record)["pmtest_log"])
-    assert oracle.judge(image, oracle.pmtest_parents(image)) == []
+    image = oracle.from_pmtest(sections["pmtest_log"])
+    assert oracle.judge(image, oracle.pmtest_parents(image, tree)) == []
     assert any(c.callback == "restore_noirq" for c in image)
 
 

@@ -345,16 +345,16 @@ def test_agent_stream_survives_damage_in_any_chunks(data, sizes):
 # here. After a deliberate change or a new recording, print the new ones
 # with `/usr/bin/python3 pytest/test_parser_fuzz.py`.
 DIGESTS = {
-    'report-disk-reboot.txt.gz': '5c7122763d20e6dab7d5a117d41c43d4cd75b3560344ad4ae7eff0369394653f',
-    'report-disk.txt.gz': 'af3d968ecf0cbe1490c11858db406fd641a831a48a5077a941277482a0188639',
-    'report-freeze.txt.gz': 'cb6fc3333fc79af83d50ddead091abffebc250dee287e8f80562ab9c777be67d',
-    'report-mem-fault-resume.txt.gz': '8024d11770ce5bf600bff456586c768740d438f962051bf79db119ca599cef45',
-    'report-mem-fault-suspend.txt.gz': '917ced17ab5be31d5d3afbbcd9da66aacb9b8f65e6d52fc22b97737dc7c2c632',
-    'report-mem-rtc.txt.gz': '691c51b362629938bbb0d079e860ee9c941788cf450902635a670f04854ee858',
-    'report-mem-v1.txt.gz': '228ca35ab857b50c6e2ec14b0a7947c594baefc67d2a24e3dad8d21c4bdc8b49',
-    'report-mem.txt.gz': 'ffff5de5f4f4b588ef6d956582324e35bf12a9785d5c044dcbf76e26dfb50059',
-    'report-pm_test-core.txt.gz': '0be4f6199469c594086837c6735182c6ee33ad9ebd09e35ce9fdb6c97b08bf4a',
-    'report-pm_test-devices.txt.gz': '3faf743db5b7ef241244cb8f13a9736d3e30a06d16c29f73839e0133e44dfa4d',
+    'report-disk-reboot.txt.gz': '1d49b05bd8365da5842ff9e6fac93757b83ff20fc31f690b91a2be493a48d6f6',
+    'report-disk.txt.gz': '607f12f3a608d1307429cdc18fc54579841e3b6272d4ee40a6f8254f3754fb1b',
+    'report-freeze.txt.gz': '2655a2945d0c8f99229957ce3fb53659ca30f0d39c5a8aa910d9f91633379cee',
+    'report-mem-fault-resume.txt.gz': '6cda09a3dd5e164d5f652956225c773dd565cf2fc06d1229a9b0141d6881ffe0',
+    'report-mem-fault-suspend.txt.gz': '93adf89a175c47cec2eddd105c12389d09d2563ed0fb8fc23b4493fae9c8dae2',
+    'report-mem-rtc.txt.gz': '77900fcb79ed4ea78f16d2d73ead407fd22fc0364c46dc3444acda7c385ec480',
+    'report-mem-v1.txt.gz': '04c841f20171706fd4ce3030b6fa287a6b79b4bfd6a77b6d6e72140b31673957',
+    'report-mem.txt.gz': '1dfa1e7d2a1282e14531e03aab6ff68e5682d067086457164df267e906ba07ea',
+    'report-pm_test-core.txt.gz': '8bf67f722200c5a34fd7410dcab8a33a1fe7f74bb3a1f138b776c05b3f739329',
+    'report-pm_test-devices.txt.gz': 'c7945b60cf25d03d67d2ecdf78653c04b31acbaa873fac3ad0417dd5b5119f06',
     'report-pm_test-freezer.txt.gz': 'aecabc2fb446e2b99f757212cf7c61b73a1aabd8af9fc6b65d796504680a06dc',
     'console-cycles.log.gz': '6a744be60673ca34d8c7b94da6787c0d528de9dce9ce3a0c1cb5362614032170',
     'console-hang.log.gz': 'fa16f9a7811f8b8196704de6db75fc74ba47db7ef99393f30c4c160d949064a7',
@@ -531,7 +531,7 @@ def test_trace_and_pmtest_skip_numbers_int_refuses():
                          f"  sh-1 [000] 1.000000: device_pm_callback_end: pmtest pmtest_full.0, err={digits}")
     assert len(events) == 2 and trace.markers(events) == [] and trace.callbacks(events) == {}
     calls = observe.from_pmtest(f"pmtest: seq=1 t=1 dev=pmtest_full.{digits} cb=suspend event=suspend ret=0")
-    assert observe.pmtest_parents(calls) == {}
+    assert observe.pmtest_parents(calls, {}) == {}
 
 
 def test_guest_report_survives_corrupted_counters():
