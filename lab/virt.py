@@ -364,35 +364,56 @@ def delete_volumes(pool, names):
 
 
 VOLUME_SUFFIXES = ("-bzImage", "-initramfs", "-swap")
-_MTIME = re.compile(r"<mtime>(\d+)")
+_MTIME = re.compile(r"<mtime>(\d+(?:\.\d+)?)</mtime>")
 
 
-def sweep_orphan_volumes(conn, pool, min_age=600):
-    """Delete the volumes of guests whose domain no longer exists: a harness
-    killed with SIGKILL leaves its guest's volumes behind (libvirt destroys
-    the domain, not the files). A guest's volumes go only if all of them are
-    older than `min_age` seconds: a parallel worker may be uploading a guest
-    it has not created yet, and a hibernated guest has no domain until it is
-    started again, but its swap volume has just been written. Returns the
-    names deleted."""
-    guests = {}  # guest name -> [(volume, mtime or None)]
+def _volumes_by_guest(pool, prefix):
+    """{guest name: [(volume, mtime or None)]} for the pool's guest volumes."""
+    guests = {}
     for volume in pool.listAllVolumes(0):
         name = volume.name()
         suffix = next((s for s in VOLUME_SUFFIXES if name.endswith(s)), None)
-        if not name.startswith("pmlab-") or suffix is None:
+        if not name.startswith(prefix) or suffix is None:
             continue
         try:
             mtime = _MTIME.search(volume.XMLDesc(0))
         except libvirt.libvirtError:
             continue  # deleted meanwhile by its owner
-        guests.setdefault(name[:-len(suffix)], []).append((volume, int(mtime[1]) if mtime else None))
+        guests.setdefault(name[:-len(suffix)], []).append((volume, float(mtime[1]) if mtime else None))
+    return guests
+
+
+def sweep_orphan_volumes(conn, pool, min_age=600, prefix="pmlab-"):
+    """Delete the volumes of guests (named `prefix`...) whose domain no
+    longer exists: a harness killed with SIGKILL leaves its guest's volumes
+    behind (libvirt destroys the domain, not the files). Returns the names
+    deleted. A guest's volumes stay while any of them is
+    - younger than the oldest guest that exists (a domain, running or not;
+      its age is its oldest volume's, written when it was made): a parallel
+      worker's hibernated guest has no domain until it is started again, but
+      its swap volume was written after that worker's other guests were made;
+      with a guest of unknown age (no volume with an mtime) nothing goes;
+    - younger than `min_age` seconds: a worker uploading a guest it has not
+      created yet."""
+    now = time.time()
+    guests = _volumes_by_guest(pool, prefix)
+    existing = {dom.name() for dom in conn.listAllDomains(0) if dom.name().startswith(prefix)}
+    births = []
+    for name in existing:
+        written = [mtime for _, mtime in guests.get(name, []) if mtime is not None]
+        if not written:
+            return []
+        births.append(min(written))
+    oldest_guest = min(births, default=None)
     gone = []
     for guest, volumes in guests.items():
-        if any(mtime is None or time.time() - mtime < min_age for _, mtime in volumes):
+        if guest in existing or any(
+                mtime is None or now - mtime < min_age or (oldest_guest is not None and mtime >= oldest_guest)
+                for _, mtime in volumes):
             continue
         try:
             conn.lookupByName(guest)
-            continue  # its guest is still there
+            continue  # made since the listing
         except libvirt.libvirtError:
             pass
         for volume, _ in volumes:

@@ -4,7 +4,10 @@ baseline, from the two JUnit files pytest wrote.
     /usr/bin/python3 -m pipelines.baseline_compare PATCHED.xml BASELINE.xml > docs/baseline-comparison.md
 
 A case that passes on the patched kernel and fails on the baseline is where
-the series changes behaviour; the oracle's first finding says how.
+the series changes behaviour; the oracle's first finding says how. The
+expected column is BASELINE_FAILS (the patch that changes each case) and
+BASELINE_PASSES; any other outcome is printed to stderr and exits 1, so the
+negative control can fail (pytest/test_baseline_control.py runs it live).
 """
 
 import re
@@ -12,17 +15,72 @@ import sys
 import xml.etree.ElementTree as ET
 
 
+# The campaign cases the series changes: each must fail on the unpatched 6.1.
+BASELINE_FAILS = {
+    "test_child_registered_during_prepare_re_prepares_parent": "patch 6 (re-prepare the parent)",
+    "test_edu_device_state_survives_s3_and_s4": "patches 1 and 3 (->quiesce*, PMSG_QUIESCE)",
+    "test_failed_image_creation_recovers[freeze]": "patch 5 (->recover)",
+    "test_failed_image_creation_recovers[freeze_late]": "patch 5 (->recover)",
+    "test_failed_image_creation_recovers[freeze_noirq]": "patch 5 (->recover)",
+    "test_poweroff_failure_still_powers_off_and_restores": "patches 1 and 3 (->quiesce*, PMSG_QUIESCE)",
+    "test_restore_failure_in_boot_kernel_recovers_and_boot_continues": "patches 1 and 3 (->quiesce*)",
+    "test_suspend_side_failure_unwinds[suspend_late-expected1]": "patch 8 (suspend_stats step name)",
+}
+# The cases the series does not touch: each must pass on both kernels.
+BASELINE_PASSES = (
+    "test_child_registered_during_suspend_is_skipped_with_a_warning",
+    "test_prepare_eagain_is_retried",
+    "test_suspend_side_failure_unwinds[suspend-expected0]",
+    "test_suspend_side_failure_unwinds[suspend_noirq-expected2]",
+)
+
+
+def expected(kernel):
+    """{case: outcome} the campaign must give on "patched" or "baseline"."""
+    cases = sorted(set(BASELINE_FAILS) | set(BASELINE_PASSES))
+    if kernel == "patched":
+        return {name: "pass" for name in cases}
+    return {name: "fail" if name in BASELINE_FAILS else "pass" for name in cases}
+
+
+def unexpected(found, kernel):
+    """What in `found` (outcomes()) contradicts expected(kernel), one line
+    each: a case with another outcome (an "error" is the lab's, never the
+    expected failure), one that did not run, one the table does not know."""
+    want = expected(kernel)
+    problems = []
+    for name in sorted(set(want) | set(found)):
+        if name not in want:
+            problems.append(f"{name}: not in the expected table (BASELINE_FAILS or BASELINE_PASSES)")
+        elif name not in found:
+            problems.append(f"{name}: not run on the {kernel} kernel")
+        elif found[name][0] != want[name]:
+            outcome, finding = found[name]
+            problems.append(f"{name}: {outcome} on the {kernel} kernel, expected {want[name]}"
+                            + (f" ({BASELINE_FAILS[name]} changes it)" if want[name] == "fail" else "")
+                            + (f": {finding}" if finding else ""))
+    return problems
+
+
 def outcomes(path):
-    """{test name: (passed, first line of the failure)} for test_fault_campaign."""
+    """{test name: (outcome, first line of the failure)} for
+    test_fault_campaign; outcome is "pass", "fail" (an assertion) or "error"
+    (the test could not run: a lab setup problem, never the kernel's)."""
     found = {}
     for case in ET.parse(path).iter("testcase"):
         if not case.get("classname", "").endswith("test_fault_campaign"):
             continue
-        failure = case.find("failure")
-        if failure is None:
-            failure = case.find("error")
-        message = "" if failure is None else (failure.get("message") or "")
-        found[case.get("name")] = (failure is None, _first_finding(message))
+        failure, error = case.find("failure"), case.find("error")
+        if case.find("skipped") is not None:
+            outcome, element = "skipped", case.find("skipped")
+        elif error is not None:
+            outcome, element = "error", error
+        elif failure is not None:
+            outcome, element = "fail", failure
+        else:
+            outcome, element = "pass", None
+        message = "" if element is None else (element.get("message") or "")
+        found[case.get("name")] = (outcome, _first_finding(message))
     return found
 
 
@@ -41,12 +99,12 @@ def table(patched, baseline):
     lines = ["| campaign case | patched 6.1 | unpatched 6.1 | what the baseline shows |",
              "|---|---|---|---|"]
     for name in sorted(set(patched) | set(baseline)):
-        p_ok, p_msg = patched.get(name, (None, "not run"))
-        b_ok, b_msg = baseline.get(name, (None, "not run"))
-        cell = lambda ok: "not run" if ok is None else ("pass" if ok else "**fail**")
-        note = "" if b_ok else b_msg.replace("|", "\\|")
-        if p_ok is False:
-            note = f"patched fails: {p_msg}".replace("|", "\\|")
+        p_ok, p_msg = patched.get(name, ("not run", ""))
+        b_ok, b_msg = baseline.get(name, ("not run", ""))
+        cell = lambda outcome: "pass" if outcome == "pass" else f"**{outcome}**"
+        note = "" if b_ok == "pass" else b_msg.replace("|", "\\|")
+        if p_ok != "pass":
+            note = f"patched {p_ok}: {p_msg}".replace("|", "\\|")
         lines.append(f"| `{name}` | {cell(p_ok)} | {cell(b_ok)} | {note} |")
     return "\n".join(lines) + "\n"
 
@@ -64,7 +122,10 @@ def main(argv):
                      "Generated by `pipelines/baseline-compare` from the JUnit results of "
                      "`pytest pytest/test_fault_campaign.py` on both kernels.\n\n")
     sys.stdout.write(table(patched, baseline))
-    return 0
+    problems = unexpected(patched, "patched") + unexpected(baseline, "baseline")
+    for problem in problems:
+        print(f"baseline_compare: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -22,9 +22,14 @@ def pmtest_lines(name):
     return [line for line in sections(name)["pmtest_log"].splitlines() if "pmtest: seq=" in line]
 
 
-def verdict(lines):
+def tree(name="report-mem.txt.gz"):
+    """The pmtest tree as the recorded kernel's trace reports it."""
+    return oracle.tree_from_trace(oracle.from_trace(sections(name)["trace"])[1])
+
+
+def verdict(lines, name="report-mem.txt.gz"):
     calls = oracle.from_pmtest("\n".join(lines))
-    return oracle.judge(calls, oracle.pmtest_parents(calls))
+    return oracle.judge(calls, oracle.pmtest_parents(calls, tree(name)))
 
 
 def rules_of(violations):
@@ -41,7 +46,7 @@ RECORDED = ["report-mem.txt.gz", "report-mem-rtc.txt.gz", "report-freeze.txt.gz"
 def test_recorded_pmtest_log_obeys_the_rules(name):
     lines = pmtest_lines(name)
     assert lines, f"{name} has no pmtest records"
-    assert verdict(lines) == []
+    assert verdict(lines, name) == []
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -171,3 +176,103 @@ def test_child_registered_during_prepare_needs_complete_and_prepare_again():
     found = oracle.judge(kept, parents)
     assert rules_of(found) == {"child-prepare"}
     assert found[0].device == "testdev.1"
+
+
+# ------------------------------------------------------------ the trace side
+# Broken copies of a recorded trace buffer (power:device_pm_callback_start/
+# end inside the dpm_* markers), judged through oracle.from_trace.
+
+def trace_lines(name="report-mem.txt.gz"):
+    return sections(name)["trace"].splitlines()
+
+
+def phase_span(lines, phase):
+    marks = [i for i, line in enumerate(lines) if f"suspend_resume: {phase}[" in line]
+    assert len(marks) == 2, (phase, marks)
+    return marks[0], marks[1]
+
+
+def callback_block(lines, phase, device):
+    """(first, last) line of `device`'s callback in `phase`: its start event,
+    whatever the driver logged inside it, its end event."""
+    begin, end = phase_span(lines, phase)
+    start = next(i for i in range(begin, end)
+                 if re.search(rf"device_pm_callback_start: \S+ {re.escape(device)},", lines[i]))
+    stop = next(i for i in range(start, end)
+                if re.search(rf"device_pm_callback_end: \S+ {re.escape(device)}, err=", lines[i]))
+    return start, stop
+
+
+def trace_verdict(lines):
+    calls, parents = oracle.from_trace("\n".join(lines))
+    return oracle.judge(calls, parents)
+
+
+def test_recorded_trace_is_clean_before_it_is_broken():
+    assert trace_verdict(trace_lines()) == []
+
+
+def test_trace_swapped_parent_and_child_suspend_is_flagged():
+    lines = trace_lines()
+    child = callback_block(lines, "dpm_suspend", "pmtest_full.1")
+    parent = callback_block(lines, "dpm_suspend", "pmtest_full.0")
+    assert child[1] < parent[0], "children suspend first"
+    swapped = (lines[:child[0]] + lines[parent[0]:parent[1] + 1] + lines[child[1] + 1:parent[0]]
+               + lines[child[0]:child[1] + 1] + lines[parent[1] + 1:])
+    found = trace_verdict(swapped)
+    assert rules_of(found) == {"order"}
+    assert [v.device for v in found] == ["pmtest_full.1 (pmtest_full)"]
+    assert "parent pmtest_full.0" in found[0].message
+
+
+@pytest.mark.parametrize("phase,device,rule", [("dpm_suspend_late", "pmtest_full.3", "level"),
+                                               ("dpm_resume_early", "pmtest_compat.5", "mirror")])
+def test_trace_missing_level_is_flagged(phase, device, rule):
+    lines = trace_lines()
+    first, last = callback_block(lines, phase, device)
+    found = trace_verdict(lines[:first] + lines[last + 1:])
+    assert found and {v.device for v in found} == {f"{device} ({device.split('.')[0]})"}
+    assert found[0].rule == rule, [str(v) for v in found]
+
+
+def test_trace_resume_only_transition_is_flagged():
+    lines = trace_lines()
+    first, _ = phase_span(lines, "dpm_prepare")
+    _, last = phase_span(lines, "dpm_suspend_noirq")
+    found = trace_verdict(lines[:first] + lines[last + 1:])
+    assert rules_of(found) == {"resume-only"} and len(found) == 1
+    assert found[0].call.callback == "resume_noirq"
+
+
+def test_pmtest_log_resume_only_transition_is_flagged():
+    lines = [line for line in pmtest_lines("report-mem.txt.gz")
+             if re.search(r" cb=(resume\w*|complete) ", line)]
+    found = verdict(lines)
+    assert rules_of(found) == {"resume-only"} and len(found) == 1
+
+
+def fanout_3_trace(name="report-mem.txt.gz"):
+    """The recorded trace as a kernel whose pmtest module had fanout=3 would
+    report it: every pmtest device's parent field rewritten."""
+    def parent(match):
+        number = int(match["id"])
+        above = f"{match['driver']}.{(number - 1) // 3}" if number else "platform"
+        return f"{match['driver']} {match['driver']}.{number}, parent: {above},"
+    return [re.sub(r"(?P<driver>pmtest_(?:full|compat|legacy)) (?P=driver)\.(?P<id>\d+), parent: [^,]+,",
+                   parent, line) for line in trace_lines(name)]
+
+
+def test_pmtest_tree_is_read_from_the_trace_not_assumed():
+    """Swapping pmtest_full.1 and .3 in the suspend phase breaks fanout 2
+    (.3 is .1's child) and no rule of fanout 3 (both are children of .0):
+    the verdict follows the tree the trace reports."""
+    lines = pmtest_lines("report-mem.txt.gz")
+    one, three = index_of(lines, "pmtest_full.1", "suspend"), index_of(lines, "pmtest_full.3", "suspend")
+    lines[one], lines[three] = lines[three], lines[one]
+    calls = oracle.from_pmtest("\n".join(lines))
+    recorded = oracle.pmtest_parents(calls, tree())
+    assert recorded["pmtest_full.3"] == "pmtest_full.1" and recorded["pmtest_full.1"] == "pmtest_full.0"
+    assert [(v.rule, v.device) for v in oracle.judge(calls, recorded)] == [("order", "pmtest_full.3")]
+    wider = oracle.tree_from_trace(oracle.from_trace("\n".join(fanout_3_trace()))[1])
+    assert wider["pmtest_full.3"] == "pmtest_full.0" and wider["pmtest_full.6"] == "pmtest_full.1"
+    assert oracle.judge(calls, oracle.pmtest_parents(calls, wider)) == []

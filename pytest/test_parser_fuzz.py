@@ -345,16 +345,16 @@ def test_agent_stream_survives_damage_in_any_chunks(data, sizes):
 # here. After a deliberate change or a new recording, print the new ones
 # with `/usr/bin/python3 pytest/test_parser_fuzz.py`.
 DIGESTS = {
-    'report-disk-reboot.txt.gz': 'a6ad450dd967e3a9d94eac95988f84ef82b7b93515d7284b2b67921dad468a00',
-    'report-disk.txt.gz': 'b79f42225c47a0bf4aeef08f460957550a65f2d61442be8f644c66cb6314c389',
-    'report-freeze.txt.gz': '3461b7062a5d366f2b2f2e72bda1da2adf1273b621cc9c3cdf429d6df7291df1',
-    'report-mem-fault-resume.txt.gz': 'de2b71abc0ebd320d8987c44ed16879bec281714006763834099e07394dfb248',
-    'report-mem-fault-suspend.txt.gz': '7eb06102906a7e2c28723041683b6c8e6191211fc6c90d152e3fc7d28beeee9e',
-    'report-mem-rtc.txt.gz': 'ed42cbaa3a0192bfbbbd2bfe534ee6942e571a23c883acf7c76f62e392c9606d',
-    'report-mem-v1.txt.gz': '4fc6df6dd3fdec93807878f470da2e98d2255ea0b8d25cb050c4dc131fce112c',
-    'report-mem.txt.gz': 'f334bf9cd3b7df2f9d403a3de0316c0796122ace74ee5b44eb65d6468bdf66e9',
-    'report-pm_test-core.txt.gz': '9720308532d1ea17a98a9fc0228155652be8585c2db6123c45329c851a3d3e30',
-    'report-pm_test-devices.txt.gz': '6130deb161e142c0f89320f10c2c4aeb1d856e936f7cb35736b9168c1c0da035',
+    'report-disk-reboot.txt.gz': '1d49b05bd8365da5842ff9e6fac93757b83ff20fc31f690b91a2be493a48d6f6',
+    'report-disk.txt.gz': '607f12f3a608d1307429cdc18fc54579841e3b6272d4ee40a6f8254f3754fb1b',
+    'report-freeze.txt.gz': '2655a2945d0c8f99229957ce3fb53659ca30f0d39c5a8aa910d9f91633379cee',
+    'report-mem-fault-resume.txt.gz': '6cda09a3dd5e164d5f652956225c773dd565cf2fc06d1229a9b0141d6881ffe0',
+    'report-mem-fault-suspend.txt.gz': '93adf89a175c47cec2eddd105c12389d09d2563ed0fb8fc23b4493fae9c8dae2',
+    'report-mem-rtc.txt.gz': '77900fcb79ed4ea78f16d2d73ead407fd22fc0364c46dc3444acda7c385ec480',
+    'report-mem-v1.txt.gz': '04c841f20171706fd4ce3030b6fa287a6b79b4bfd6a77b6d6e72140b31673957',
+    'report-mem.txt.gz': '1dfa1e7d2a1282e14531e03aab6ff68e5682d067086457164df267e906ba07ea',
+    'report-pm_test-core.txt.gz': '8bf67f722200c5a34fd7410dcab8a33a1fe7f74bb3a1f138b776c05b3f739329',
+    'report-pm_test-devices.txt.gz': 'c7945b60cf25d03d67d2ecdf78653c04b31acbaa873fac3ad0417dd5b5119f06',
     'report-pm_test-freezer.txt.gz': 'aecabc2fb446e2b99f757212cf7c61b73a1aabd8af9fc6b65d796504680a06dc',
     'console-cycles.log.gz': '6a744be60673ca34d8c7b94da6787c0d528de9dce9ce3a0c1cb5362614032170',
     'console-hang.log.gz': 'fa16f9a7811f8b8196704de6db75fc74ba47db7ef99393f30c4c160d949064a7',
@@ -531,7 +531,7 @@ def test_trace_and_pmtest_skip_numbers_int_refuses():
                          f"  sh-1 [000] 1.000000: device_pm_callback_end: pmtest pmtest_full.0, err={digits}")
     assert len(events) == 2 and trace.markers(events) == [] and trace.callbacks(events) == {}
     calls = observe.from_pmtest(f"pmtest: seq=1 t=1 dev=pmtest_full.{digits} cb=suspend event=suspend ret=0")
-    assert observe.pmtest_parents(calls) == {}
+    assert observe.pmtest_parents(calls, {}) == {}
 
 
 def test_guest_report_survives_corrupted_counters():

@@ -542,8 +542,10 @@ def test_lava_results_from_job_log():
 
 
 def test_lava_job_patterns_cannot_match_their_own_echo(tmp_path):
-    yaml = pytest.importorskip("yaml")
-    pytest.importorskip("jinja2")
+    # Plain imports: lab/install-deps installs python3-jinja2 and python3-yaml,
+    # so a missing one is a failure naming it, never a skip.
+    import jinja2  # noqa: F401  (render_job renders the job with it)
+    import yaml
     artifacts = tmp_path / "out"
     artifacts.mkdir()
     (artifacts / "bzImage").write_text("k")
@@ -570,3 +572,30 @@ def test_lava_device_dictionary():
     assert text.startswith("{% extends 'qemu.jinja2' %}")
     assert "{% set arch = 'amd64' %}" in text and "{% set no_kvm = True %}" in text
     assert "{% set memory = 768 %}" in text and "-global PIIX4_PM.disable_s3=0" in text
+
+
+def _ci_push_commands():
+    """{CI definition: the commands its jobs run on a push}."""
+    import yaml
+    ci = os.path.join(REPO, "pipelines", "ci")
+    with open(os.path.join(ci, "github-actions.yml")) as source:
+        github = yaml.safe_load(source)
+    assert "push" in github.get("on", github.get(True))  # YAML 1.1 reads the key `on` as True
+    with open(os.path.join(ci, "gitlab-ci.yml")) as source:
+        gitlab = yaml.safe_load(source)
+    gitlab_jobs = {name: job for name, job in gitlab.items() if isinstance(job, dict) and "script" in job}
+    for job in gitlab_jobs.values():
+        assert job["stage"] in gitlab["stages"], job
+    return {
+        "github": [step["run"] for job in github["jobs"].values() if "'push'" in job.get("if", "")
+                   for step in job["steps"] if "run" in step],
+        "gitlab": [command for job in gitlab_jobs.values()
+                   if any('"push"' in rule.get("if", "") for rule in job.get("rules", []))
+                   for command in job["script"]],
+    }
+
+
+def test_ci_runs_the_test_suite_and_the_commit_pipeline_on_every_push():
+    for definition, commands in _ci_push_commands().items():
+        assert any(command.startswith("pipelines/commit ") for command in commands), (definition, commands)
+        assert "./pmlab test" in commands, (definition, commands)

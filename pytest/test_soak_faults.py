@@ -151,26 +151,60 @@ def test_harness_sigkill_mid_cycle_then_rerun_resumes(tmp_path, artifacts):
     from lab import virt
     connection = virt.Connection()
     try:
-        swept = virt.sweep_orphan_volumes(connection.conn, virt.storage_pool(connection.conn), min_age=0)
+        # min_age=0 only under this run's prefix: a parallel worker's guests
+        # (-n 2) are not this sweep's to judge.
+        swept = virt.sweep_orphan_volumes(connection.conn, virt.storage_pool(connection.conn), min_age=0,
+                                          prefix=guest_prefix)
     finally:
         connection.close()
     killed = f"{guest_prefix}.c000001-w0-1"
     assert {f"{killed}-bzImage", f"{killed}-initramfs", f"{killed}-swap"} <= set(swept), swept
 
 
-def test_sweep_spares_a_guest_with_a_fresh_volume():
-    """A guest without a domain loses its volumes to the sweep only when all
-    of them are old: a hibernated guest's swap was just written."""
+def _define_guest(conn, name):
+    """A domain that exists and never runs (no QEMU started): to the sweep,
+    a guest like any other."""
+    return conn.defineXML(f"<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory>"
+                          "<os><type arch='x86_64'>hvm</type></os></domain>")
+
+
+def test_sweep_spares_volumes_younger_than_the_oldest_guest():
+    """Real libvirt volumes and a real (defined, never started) domain: a
+    domainless guest's volumes go only when all are older than `min_age`
+    and than the oldest guest that exists; a hibernated worker's swap
+    written after that guest was made stays, even with min_age=0."""
     from lab import virt
     connection = virt.Connection()
-    try:
-        pool = virt.storage_pool(connection.conn)
-        names = [f"pmlab-sweeptest-{os.getpid()}-w0-1{suffix}" for suffix in virt.VOLUME_SUFFIXES]
-        for name in names:
+    conn = connection.conn
+    pool = virt.storage_pool(conn)
+    prefix = f"pmlab-sweeptest-{os.getpid()}-"
+    volumes = {guest: [f"{prefix}{guest}{suffix}" for suffix in virt.VOLUME_SUFFIXES]
+               for guest in ("killed", "running", "hibernated")}
+
+    def make(guest):
+        for name in volumes[guest]:
             virt.blank_volume(pool, name, 1 << 20)
-        assert not set(names) & set(virt.sweep_orphan_volumes(connection.conn, pool, min_age=600))
-        assert set(names) <= set(virt.sweep_orphan_volumes(connection.conn, pool, min_age=0))
+        time.sleep(1.5)  # the next guest's volumes are clearly younger
+
+    domain = None
+    try:
+        make("killed")      # a killed run's guest, made before anything below
+        domain = _define_guest(conn, f"{prefix}running")
+        make("running")     # the oldest guest that exists
+        make("hibernated")  # no domain while hibernated; its swap just written
+        assert virt.sweep_orphan_volumes(conn, pool, min_age=600, prefix=prefix) == []
+        swept = virt.sweep_orphan_volumes(conn, pool, min_age=0, prefix=prefix)
+        assert sorted(swept) == sorted(volumes["killed"]), swept
+        # with no guest left, nothing is younger than one: min_age alone decides
+        domain.undefine()
+        domain = None
+        virt.delete_volumes(pool, volumes["running"])
+        swept = virt.sweep_orphan_volumes(conn, pool, min_age=0, prefix=prefix)
+        assert sorted(swept) == sorted(volumes["hibernated"]), swept
     finally:
+        if domain is not None:
+            domain.undefine()
+        virt.delete_volumes(pool, [name for names in volumes.values() for name in names])
         connection.close()
 
 

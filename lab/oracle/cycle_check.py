@@ -10,7 +10,7 @@
 from lab import guest_report
 
 from .judge import judge
-from .observe import from_pmtest, from_trace, pmtest_parents, split_kernels
+from .observe import from_pmtest, from_trace, pmtest_parents, split_kernels, tree_from_trace
 
 
 def judge_cycle(report_text, console_lines):
@@ -18,15 +18,18 @@ def judge_cycle(report_text, console_lines):
     a record shows the oracle had something to judge."""
     sections = guest_report.sections(report_text) if report_text else {}
     violations, counts = [], {}
-    calls = from_pmtest(sections.get("pmtest_log", ""))
-    violations += judge(calls, pmtest_parents(calls))
-    counts["pmtest_log"] = len(calls)
     trace_calls, parents = from_trace(sections.get("trace", ""))
+    # The pmtest tree as the kernel reported it; the boot kernel of a
+    # restore loaded the module with the same parameters as the image kernel.
+    tree = tree_from_trace(parents)
+    calls = from_pmtest(sections.get("pmtest_log", ""))
+    violations += judge(calls, pmtest_parents(calls, tree))
+    counts["pmtest_log"] = len(calls)
     violations += judge(trace_calls, parents)
     counts["trace"] = len(trace_calls)
     console_calls = from_pmtest("\n".join(console_lines or ()))
     for kernel in split_kernels(console_calls):
-        violations += judge(kernel, pmtest_parents(kernel))
+        violations += judge(kernel, pmtest_parents(kernel, tree))
     counts["console"] = len(console_calls)
     return violations, counts
 

@@ -100,6 +100,9 @@ class _Transition:
                                          _context(self.all_calls, call)))
 
     def judge(self, parents):
+        if self.event is None:
+            self._resume_only()
+            return self.violations
         if self.event not in rules.SUSPEND_EVENTS:
             return self.violations
         undo = (rules.UNDO_AFTER_FAILURE if self.failed else rules.UNDO_AFTER_SUCCESS)[self.event]
@@ -112,6 +115,15 @@ class _Transition:
             self._device(calls, registered_during)
         self._order(parents)
         return self.violations
+
+    def _resume_only(self):
+        """Resume-side callbacks with no ->prepare and no suspend-side
+        callback before them in this kernel: they undo nothing the record
+        shows (a lost suspend side, or a resume the core should not run)."""
+        undo = next((c for c in self.calls if _level_of(c)[0] in ("resume", "complete")), None)
+        if undo is not None:
+            self.flag("resume-only", undo, f"{undo.callback} ({undo.event}) in a transition with "
+                      f"no ->prepare or suspend-side callback: it undoes nothing")
 
     def _registered_during(self):
         """{parent callback call index: child} for `register` records: the
@@ -136,8 +148,9 @@ class _Transition:
                           f"transition; the rules allow {sorted(undo) or 'nothing'}")
 
     def _expected_callback(self, call):
-        """Check a known driver got the callback the rules give it."""
-        if call.driver not in rules.DRIVERS or rules.DRIVERS[call.driver].get("legacy"):
+        """Check a known driver got the callback the rules give it (the
+        pmtest log names the driver's callback; the trace, the core's)."""
+        if call.source != "pmtest" or call.driver not in rules.DRIVERS or rules.DRIVERS[call.driver].get("legacy"):
             return
         side, level = _level_of(call)
         if side in ("suspend", "resume") and call.event in rules.CALLBACKS and level:
@@ -157,6 +170,9 @@ class _Transition:
         reached, resumed, failed_at = [], [], None
         suspend_started = False
         legacy = calls[0].driver == "pmtest_legacy"
+        # Every level of the device is in the record: its pmtest log, or the
+        # trace of a driver with a callback at every level.
+        strict = calls[0].source == "pmtest" or calls[0].driver in rules.EVERY_LEVEL_IN_TRACE
         for call in calls:
             self._expected_callback(call)
             side, level = _level_of(call)
@@ -182,7 +198,7 @@ class _Transition:
                     call.tags.add("retry")
                     retry_child, may_prepare_again = None, True
                     continue
-                if call.source == "pmtest" and resumed != list(reversed(reached)):
+                if strict and resumed != list(reversed(reached)):
                     self.flag("mirror", call, f"resume levels {resumed} do not mirror the "
                               f"suspend levels {reached} before ->complete")
             elif side == "suspend":
@@ -190,7 +206,7 @@ class _Transition:
                 if retry_child:
                     self._child_not_reprepared(call, retry_child)
                     retry_child = None
-                if not prepared and not legacy and call.source == "pmtest":
+                if not prepared and not legacy and strict:
                     self.flag("prepare", call, f"{call.callback} without a successful ->prepare")
                 if failed_at is not None:
                     self.flag("after-failure", call, f"{call.callback} after a failed callback")
@@ -205,7 +221,7 @@ class _Transition:
                     reached.append(level)
                 else:
                     failed_at = level
-            elif side == "resume" and call.source == "trace":
+            elif side == "resume" and not strict:
                 # The trace shows only callbacks that exist, and drivers may
                 # resume in a phase they did not suspend in (i8042 has
                 # ->resume_noirq alone): only a failed level is off limits.

@@ -64,11 +64,14 @@ def from_pmtest(text):
     return calls
 
 
-def pmtest_parents(calls, fanout=2):
-    """Parent of every pmtest platform device: the tree formula of the module
-    (parent of id i is (i-1)//fanout) for the initial tree, and the device
-    whose callback registered it for children added by the `child` knob (its
-    "register" record comes right before that callback's own record)."""
+def pmtest_parents(calls, tree):
+    """Parent of every pmtest device in `calls`: as the kernel reported it
+    (`tree`, {device name: parent name}: tree_from_trace() of the same boot's
+    trace, whose callback events name each device's parent, so the module's
+    depth and fanout are read, never assumed), and, for children added by the
+    `child` knob, the device whose callback registered it (its "register"
+    record comes right before that callback's own record). A device the
+    tree does not name has no parent here: its order is not checked."""
     parents = {}
     for position, call in enumerate(calls):
         if call.callback == "register":
@@ -76,12 +79,15 @@ def pmtest_parents(calls, fanout=2):
             if later:
                 parents[call.device] = later[0].device
     for call in calls:
-        match = PMTEST_NAME.match(call.device)
-        if match and call.device not in parents:
-            number = int(match["id"])
-            if number > 0:
-                parents[call.device] = f"{match['driver']}.{(number - 1) // fanout}"
+        if call.device not in parents and tree.get(call.device) is not None:
+            parents[call.device] = tree[call.device]
     return parents
+
+
+def tree_from_trace(trace_parents):
+    """{device name: parent name} from from_trace()'s parents (keyed by
+    trace identity), for pmtest_parents()."""
+    return {device_name(device): parent for device, parent in trace_parents.items()}
 
 
 def _trace_identity(driver, name):
@@ -126,7 +132,9 @@ def from_trace(text):
             device = _trace_identity(match["driver"], match["device"])
             if match["parent"] != "none":
                 parents[device] = match["parent"]
-            call = Call(len(calls), device, callback, verb, 0, "trace", None,
+            driver = match["driver"].strip()
+            call = Call(len(calls), device, callback, verb, 0, "trace",
+                        driver if driver in rules.EVERY_LEVEL_IN_TRACE else None,
                         f"{event.ts:.6f} {match['driver']} {match['device']} {callback} [{verb}]")
             if side == "prepare" and callback == "complete":
                 call.tags.add("retry")
