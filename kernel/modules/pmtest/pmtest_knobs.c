@@ -93,89 +93,127 @@ static struct pmtest_knob_table pmtest_knobs[PMTEST_NR_KNOB] = {
 };
 
 /**
- * struct pmtest_devnode - A bound pmtest device that knobs may name.
- * @node: Entry in pmtest_devs.
- * @dev: The device.
- * @can_parent: The "child" knob may register children under it.
+ * struct pmtest_target - Something knobs may name: a bound pmtest device, or
+ * pmtest's syscore_ops.
+ * @node: Entry in pmtest_targets.
+ * @name: Name knobs use (the device name for a device).
+ * @dev: The device, or NULL.
+ * @knobs: PMTEST_KNOBS_* bits: the kinds of knob that may name it.
+ * @cbs: PMTEST_CB_BIT()s: the callbacks it has.
  */
-struct pmtest_devnode {
+struct pmtest_target {
 	struct list_head node;
+	const char *name;
 	struct device *dev;
-	bool can_parent;
+	unsigned int knobs;
+	u64 cbs;
 };
 
-static LIST_HEAD(pmtest_devs);
-static DEFINE_MUTEX(pmtest_devs_lock);
+static LIST_HEAD(pmtest_targets);
+static DEFINE_MUTEX(pmtest_targets_lock);
 
 /**
- * pmtest_dev_add - Let knobs name a device.
- * @dev: Device, bound to a pmtest driver.
- * @can_parent: The "child" knob may register children under @dev.
+ * pmtest_target_add - Let knobs name a device or pmtest's syscore_ops.
+ * @name: Name knobs use; must stay valid until pmtest_target_del().
+ * @dev: The device, or NULL.
+ * @knobs: PMTEST_KNOBS_* bits: the kinds of knob that may name it.
+ * @cbs: PMTEST_CB_BIT()s: the callbacks it has.  A knob naming another
+ *	 callback for it is refused with -EINVAL.
  */
-int pmtest_dev_add(struct device *dev, bool can_parent)
+int pmtest_target_add(const char *name, struct device *dev,
+		      unsigned int knobs, u64 cbs)
 {
-	struct pmtest_devnode *dn;
+	struct pmtest_target *tg;
 
-	dn = kzalloc(sizeof(*dn), GFP_KERNEL);
-	if (!dn)
+	tg = kzalloc(sizeof(*tg), GFP_KERNEL);
+	if (!tg)
 		return -ENOMEM;
 
-	dn->dev = dev;
-	dn->can_parent = can_parent;
+	tg->name = name;
+	tg->dev = dev;
+	tg->knobs = knobs;
+	tg->cbs = cbs;
 
-	mutex_lock(&pmtest_devs_lock);
-	list_add_tail(&dn->node, &pmtest_devs);
-	mutex_unlock(&pmtest_devs_lock);
+	mutex_lock(&pmtest_targets_lock);
+	list_add_tail(&tg->node, &pmtest_targets);
+	mutex_unlock(&pmtest_targets_lock);
 
 	return 0;
 }
 
 /**
- * pmtest_dev_del - Forget a device added with pmtest_dev_add().
+ * pmtest_dev_add - Let knobs name a device of the platform trees or edu.
+ * @dev: Device, bound to a pmtest driver.
+ * @can_parent: The "child" knob may register children under @dev.
+ *
+ * Every dev_pm_ops callback may be named, including the ones the driver
+ * lacks (quiesce* on pmtest_compat, say): those knobs never fire.
+ */
+int pmtest_dev_add(struct device *dev, bool can_parent)
+{
+	return pmtest_target_add(dev_name(dev), dev, PMTEST_KNOBS_DEVICE |
+				 (can_parent ? PMTEST_KNOBS_CHILD : 0),
+				 PMTEST_CBS_DEV_PM);
+}
+
+/**
+ * pmtest_target_del - Forget a target added with pmtest_target_add().
+ * @name: Its name.
+ */
+void pmtest_target_del(const char *name)
+{
+	struct pmtest_target *tg, *tmp;
+
+	mutex_lock(&pmtest_targets_lock);
+	list_for_each_entry_safe(tg, tmp, &pmtest_targets, node) {
+		if (!strcmp(tg->name, name)) {
+			list_del(&tg->node);
+			kfree(tg);
+			break;
+		}
+	}
+	mutex_unlock(&pmtest_targets_lock);
+}
+
+/**
+ * pmtest_dev_del - Forget a device added with pmtest_dev_add() or
+ * pmtest_target_add().
  * @dev: Device.
  */
 void pmtest_dev_del(struct device *dev)
 {
-	struct pmtest_devnode *dn, *tmp;
-
-	mutex_lock(&pmtest_devs_lock);
-	list_for_each_entry_safe(dn, tmp, &pmtest_devs, node) {
-		if (dn->dev == dev) {
-			list_del(&dn->node);
-			kfree(dn);
-			break;
-		}
-	}
-	mutex_unlock(&pmtest_devs_lock);
+	pmtest_target_del(dev_name(dev));
 }
 
 /*
- * 0 if @name is a device a knob may name (for the child knob: one that may
- * be a parent), -ENODEV if there is no such pmtest device, -EINVAL if it
- * exists but cannot be a parent.
+ * 0 if a knob of kind @type may name @name for @cb; -ENODEV if there is no
+ * such target; -EINVAL if there is one, but this kind of knob may not name
+ * it (a child knob on a device that cannot be a parent, any knob but fault
+ * on the syscore_ops) or it has no callback @cb.
  */
-static int pmtest_dev_check(const char *name, bool parent)
+static int pmtest_target_check(const char *name, unsigned int type,
+			       enum pmtest_cb cb)
 {
-	struct pmtest_devnode *dn;
+	struct pmtest_target *tg;
 	int ret = -ENODEV;
 
-	mutex_lock(&pmtest_devs_lock);
-	list_for_each_entry(dn, &pmtest_devs, node) {
-		if (!strcmp(dev_name(dn->dev), name)) {
-			ret = !parent || dn->can_parent ? 0 : -EINVAL;
+	mutex_lock(&pmtest_targets_lock);
+	list_for_each_entry(tg, &pmtest_targets, node) {
+		if (!strcmp(tg->name, name)) {
+			ret = (tg->knobs & BIT(type)) &&
+			      (tg->cbs & PMTEST_CB_BIT(cb)) ? 0 : -EINVAL;
 			break;
 		}
 	}
-	mutex_unlock(&pmtest_devs_lock);
+	mutex_unlock(&pmtest_targets_lock);
 
 	return ret;
 }
 
 /* Index of the first knob in @t for @dev and @cb, or -1.  Lock held. */
-static int pmtest_knob_find(struct pmtest_knob_table *t, struct device *dev,
+static int pmtest_knob_find(struct pmtest_knob_table *t, const char *name,
 			    enum pmtest_cb cb)
 {
-	const char *name = dev_name(dev);
 	unsigned int i;
 
 	for (i = 0; i < t->n; i++) {
@@ -209,7 +247,7 @@ unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
 	int i;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev, cb);
+	i = pmtest_knob_find(t, dev_name(dev), cb);
 	if (i >= 0)
 		ms = t->e[i].val;
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -226,7 +264,7 @@ static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
 	int i;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev, cb);
+	i = pmtest_knob_find(t, dev_name(dev), cb);
 	if (i >= 0)
 		pmtest_knob_remove(t, i);
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -267,12 +305,24 @@ bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb)
  */
 int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb)
 {
+	return pmtest_knob_fault_name(dev_name(dev), cb);
+}
+
+/**
+ * pmtest_knob_fault_name - pmtest_knob_fault() for a target without a device.
+ * @name: Target name.
+ * @cb: Callback.
+ *
+ * Return: the negative errno the callback must return, or 0.
+ */
+int pmtest_knob_fault_name(const char *name, enum pmtest_cb cb)
+{
 	struct pmtest_knob_table *t = &pmtest_knobs[PMTEST_KNOB_FAULT];
 	unsigned long flags;
 	int i, ret = 0;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev, cb);
+	i = pmtest_knob_find(t, name, cb);
 	if (i >= 0) {
 		ret = t->e[i].val;
 		if (--t->e[i].count <= 0)
@@ -343,7 +393,8 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 
 	switch (type) {
 	case PMTEST_KNOB_FAULT:
-		if (cb == PMTEST_CB_COMPLETE)	/* returns void */
+		/* these return void */
+		if (cb == PMTEST_CB_COMPLETE || cb == PMTEST_CB_SYSCORE_RESUME)
 			return -EINVAL;
 		if (kstrtoint(f[2], 0, &k.val) ||
 		    k.val == 0 || k.val < -MAX_ERRNO || k.val > MAX_ERRNO)
@@ -371,7 +422,7 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 	}
 
 	if (strcmp(k.dev, "*")) {
-		ret = pmtest_dev_check(k.dev, type == PMTEST_KNOB_CHILD);
+		ret = pmtest_target_check(k.dev, type, cb);
 		if (ret)
 			return ret;
 	}

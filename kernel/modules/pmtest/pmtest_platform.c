@@ -125,7 +125,7 @@ static void pmtest_pm_complete(struct device *dev)
 	.restore_early = pmtest_pm_restore_early,		\
 	.restore = pmtest_pm_restore
 
-static const struct dev_pm_ops pmtest_full_pm_ops = {
+const struct dev_pm_ops pmtest_full_pm_ops = {
 	PMTEST_PM_OPS_6_1,
 #ifdef PM_OPS_HAS_QUIESCE
 	.quiesce = pmtest_pm_quiesce,
