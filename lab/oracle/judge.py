@@ -91,8 +91,8 @@ class _Transition:
         first = next((c for c in self.calls if c.callback == "prepare" or _is_suspend_side(c)), None)
         self.event = first.event if first else None
         self.failed = any(
-            _level_of(c)[0] in ("prepare", "suspend") and c.ret != 0
-            and not (c.callback == "prepare" and c.ret == rules.EAGAIN)
+            (_level_of(c)[0] in ("prepare", "suspend") or c.callback == rules.SYSCORE_SUSPEND)
+            and c.ret != 0 and not (c.callback == "prepare" and c.ret == rules.EAGAIN)
             for c in self.calls)
 
     def flag(self, rule, call, message):
@@ -137,8 +137,8 @@ class _Transition:
 
     def _expected_callback(self, call):
         """Check a known driver got the callback the rules give it."""
-        if call.driver not in rules.DRIVERS or rules.DRIVERS[call.driver].get("legacy"):
-            return
+        if "callbacks" not in rules.DRIVERS.get(call.driver, {}):
+            return  # not ours, legacy, or syscore_ops
         side, level = _level_of(call)
         if side in ("suspend", "resume") and call.event in rules.CALLBACKS and level:
             core = rules.CALLBACKS[call.event][level - 1]

@@ -18,6 +18,10 @@ from . import rules
 
 PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d{1,20})$")
+# pmtest devices named by others: the ACPI core names the devices of the
+# lab's SSDT after their _HID; the syscore_ops have a fixed name.
+PMTEST_OTHER_NAMES = ((re.compile(r"^PMTS0001:[0-9a-f]{2}$"), "pmtest_acpi"),
+                      (re.compile(r"^pmtest_syscore$"), "pmtest_syscore"))
 
 # dpm_* phase marker -> (side, level) of the callbacks run inside it
 PHASES = {
@@ -50,6 +54,9 @@ def pmtest_driver(device):
         return match["driver"]
     if PCI_NAME.match(device):
         return "pmtest_edu"
+    for pattern, driver in PMTEST_OTHER_NAMES:
+        if pattern.match(device):
+            return driver
     return None
 
 

@@ -53,17 +53,44 @@ SYSTEM_SLEEP_61 = frozenset(
     + CALLBACKS["thaw"] + CALLBACKS["hibernate"] + CALLBACKS["restore"])
 SEED_ADDITIONS = frozenset(CALLBACKS["quiesce"] + CALLBACKS["recover"])
 
-# The pmtest drivers (kernel/modules/pmtest/README.md): what each implements.
-# "legacy" drivers have platform_driver.suspend/.resume and log the event of
-# the pm_message_t they receive.
+# Providers: what stands between the PM core and a driver's dev_pm_ops (a
+# bus, a PM domain, a device type or class).  The core runs the provider's
+# callback for the phase, or the driver's directly where the provider has
+# none; per core callback, the rule says which driver callback the device
+# must end up in.  The seed's rule for every provider: the event is passed on
+# unchanged (PASS_ON), the driver's fallback (FALLBACK) applying as for the
+# bus.  An entry naming another callback would be a provider that
+# deliberately maps events (none in the seed); the lab's evidence that
+# acpi_general_pm_domain gives ->freeze for quiesce is a violation of this
+# table, not an entry in it.
+LEVELED = frozenset(CALLBACK_LEVEL)
+PASS_ON = {callback: callback for callback in LEVELED}
+PROVIDERS = {
+    "bus": PASS_ON,                        # platform_bus_type, pci_bus_type
+    "acpi_general_pm_domain": PASS_ON,     # drivers/acpi/device_pm.c
+}
+
+# The pmtest drivers (kernel/modules/pmtest/README.md): what each implements
+# and which provider the core reaches it through.  "legacy" drivers have
+# platform_driver.suspend/.resume and log the event of the pm_message_t they
+# receive.
 DRIVERS = {
-    "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS},
-    "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61},
+    "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
+    "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61, "provider": "bus"},
     "pmtest_edu": {"callbacks": frozenset((
         "prepare", "complete", "suspend", "resume", "freeze", "thaw",
-        "poweroff", "restore", "quiesce", "recover"))},
+        "poweroff", "restore", "quiesce", "recover")), "provider": "bus"},
     "pmtest_legacy": {"legacy": True},
+    "pmtest_acpi": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
+                    "provider": "acpi_general_pm_domain"},
+    "pmtest_syscore": {"syscore": True},
 }
+
+# syscore_ops: not devices.  A failing syscore_suspend() fails the transition
+# after every device was suspended (hibernation: image creation fails), so
+# the devices must be undone as after any failure.
+SYSCORE_SUSPEND = "syscore_suspend"
+SYSCORE_RESUME = "syscore_resume"
 
 # Cross-device order within one phase (the parent/child rules): True means a
 # parent's callback runs before its children's.
@@ -71,12 +98,14 @@ PARENT_FIRST = {"prepare": True, "suspend": False, "resume": True, "complete": F
 
 
 def driver_callback(driver, callback):
-    """The callback a driver actually gets when the core runs `callback`:
-    itself, its fallback, or None when the driver has neither."""
+    """The callback a driver must get when the core runs `callback`: what its
+    provider passes on (PROVIDERS), or that one's fallback, or None when the
+    driver has neither."""
     implemented = DRIVERS[driver]["callbacks"]
-    if callback in implemented:
-        return callback
-    fallback = FALLBACK.get(callback)
+    given = PROVIDERS[DRIVERS[driver]["provider"]].get(callback, callback)
+    if given in implemented:
+        return given
+    fallback = FALLBACK.get(given)
     if fallback in implemented:
         return fallback
     return None
