@@ -14,6 +14,8 @@
  *   pmtest_acpi.c     ACPI-enumerated platform driver (acpi_general_pm_domain)
  *   pmtest_syscore.c  syscore_ops, so image creation can fail after the
  *                     devices are frozen
+ *   pmtest_domain.c   devices under a struct dev_pm_domain of pmtest's own
+ *   pmtest_flags.c    devices with DPM flags and runtime PM state
  */
 #ifndef _PMTEST_H
 #define _PMTEST_H
@@ -95,6 +97,8 @@ const char *pmtest_event_name(int event);
 int pmtest_event_current(enum pmtest_cb cb);
 int pmtest_event_init(void);
 void pmtest_event_exit(void);
+int pmtest_knobs_apply(const char *name, struct device *dev,
+		       enum pmtest_cb cb, int event);
 int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event);
 void pmtest_cb_end(struct device *dev, enum pmtest_cb cb, int event, int ret);
 int pmtest_cb_run(struct device *dev, enum pmtest_cb cb);
@@ -109,11 +113,10 @@ void pmtest_log(const char *dev, enum pmtest_cb cb, int event, int ret);
 /* pmtest_knobs.c */
 int pmtest_knobs_init(struct dentry *root, const char *fault,
 		      const char *delay, const char *child);
-unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb);
-bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb);
-bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb);
-int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb);
-int pmtest_knob_fault_name(const char *name, enum pmtest_cb cb);
+unsigned int pmtest_knob_delay(const char *name, enum pmtest_cb cb);
+bool pmtest_knob_child(const char *name, enum pmtest_cb cb);
+bool pmtest_knob_panic(const char *name, enum pmtest_cb cb);
+int pmtest_knob_fault(const char *name, enum pmtest_cb cb);
 int pmtest_target_add(const char *name, struct device *dev,
 		      unsigned int knobs, u64 cbs);
 int pmtest_dev_add(struct device *dev, bool can_parent);
@@ -122,6 +125,7 @@ void pmtest_dev_del(struct device *dev);
 
 /* pmtest_platform.c */
 extern const struct dev_pm_ops pmtest_full_pm_ops;
+extern const struct dev_pm_ops pmtest_flags_pm_ops;
 int pmtest_platform_init(unsigned int depth, unsigned int fanout);
 void pmtest_platform_exit(void);
 void pmtest_platform_add_child(struct device *parent, enum pmtest_cb cb,
@@ -139,6 +143,15 @@ void pmtest_acpi_exit(void);
 static inline int pmtest_acpi_init(void) { return 0; }
 static inline void pmtest_acpi_exit(void) { }
 #endif
+
+/* pmtest_domain.c */
+int pmtest_domain_init(void);
+void pmtest_domain_exit(void);
+
+/* pmtest_flags.c */
+int pmtest_flags_prepare(struct device *dev);
+int pmtest_flags_init(void);
+void pmtest_flags_exit(void);
 
 /* pmtest_syscore.c */
 int pmtest_syscore_init(void);

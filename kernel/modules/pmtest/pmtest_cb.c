@@ -223,8 +223,10 @@ void pmtest_event_exit(void)
 }
 
 /**
- * pmtest_cb_begin - Apply the knobs at the start of a callback.
- * @dev: Device whose callback runs.
+ * pmtest_knobs_apply - Apply the knobs at the start of a callback.
+ * @name: Target whose callback runs: a device name, or the name a PM domain
+ *	  of pmtest's logs its own callbacks under.
+ * @dev: Device that may get a child from a "child" knob, or NULL.
  * @cb: Callback.
  * @event: PM event of the callback.
  *
@@ -235,15 +237,15 @@ void pmtest_event_exit(void)
  *
  * Return: the error to inject, or 0.
  */
-int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
+int pmtest_knobs_apply(const char *name, struct device *dev,
+		       enum pmtest_cb cb, int event)
 {
 	unsigned int ms;
 
-	if (pmtest_knob_panic(dev, cb))
-		panic("pmtest: panic knob: %s %s\n", dev_name(dev),
-		      pmtest_cb_name(cb));
+	if (pmtest_knob_panic(name, cb))
+		panic("pmtest: panic knob: %s %s\n", name, pmtest_cb_name(cb));
 
-	ms = pmtest_knob_delay(dev, cb);
+	ms = pmtest_knob_delay(name, cb);
 	if (ms) {
 		if (pmtest_cb_atomic(cb))
 			mdelay(ms);
@@ -251,10 +253,23 @@ int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
 			msleep(ms);
 	}
 
-	if (pmtest_knob_child(dev, cb))
+	if (dev && pmtest_knob_child(name, cb))
 		pmtest_platform_add_child(dev, cb, event);
 
-	return pmtest_knob_fault(dev, cb);
+	return pmtest_knob_fault(name, cb);
+}
+
+/**
+ * pmtest_cb_begin - Apply the knobs at the start of a device's callback.
+ * @dev: Device whose callback runs.
+ * @cb: Callback.
+ * @event: PM event of the callback.
+ *
+ * Return: the error to inject, or 0.
+ */
+int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
+{
+	return pmtest_knobs_apply(dev_name(dev), dev, cb, event);
 }
 
 /**

@@ -234,12 +234,13 @@ static void pmtest_knob_remove(struct pmtest_knob_table *t, unsigned int i)
 
 /**
  * pmtest_knob_delay - Delay set for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs (device name, or a pmtest_target_add()
+ *	  name).
  * @cb: Callback.
  *
  * Return: milliseconds to wait, 0 for none.
  */
-unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
+unsigned int pmtest_knob_delay(const char *name, enum pmtest_cb cb)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[PMTEST_KNOB_DELAY];
 	unsigned int ms = 0;
@@ -247,7 +248,7 @@ unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
 	int i;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev_name(dev), cb);
+	i = pmtest_knob_find(t, name, cb);
 	if (i >= 0)
 		ms = t->e[i].val;
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -255,8 +256,8 @@ unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
 	return ms;
 }
 
-/* Consume a one-shot knob of kind @type for @dev and @cb, if there is one. */
-static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
+/* Consume a one-shot knob of kind @type for @name and @cb, if there is one. */
+static bool pmtest_knob_take(enum pmtest_knob_type type, const char *name,
 			     enum pmtest_cb cb)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[type];
@@ -264,7 +265,7 @@ static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
 	int i;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev_name(dev), cb);
+	i = pmtest_knob_find(t, name, cb);
 	if (i >= 0)
 		pmtest_knob_remove(t, i);
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -274,48 +275,36 @@ static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
 
 /**
  * pmtest_knob_child - Consume a "child" knob for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs.
  * @cb: Callback.
  *
  * Return: true if the callback must register a child device under @dev.
  */
-bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb)
+bool pmtest_knob_child(const char *name, enum pmtest_cb cb)
 {
-	return pmtest_knob_take(PMTEST_KNOB_CHILD, dev, cb);
+	return pmtest_knob_take(PMTEST_KNOB_CHILD, name, cb);
 }
 
 /**
  * pmtest_knob_panic - Consume a "panic" knob for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs.
  * @cb: Callback.
  *
  * Return: true if the callback must panic the kernel.
  */
-bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb)
+bool pmtest_knob_panic(const char *name, enum pmtest_cb cb)
 {
-	return pmtest_knob_take(PMTEST_KNOB_PANIC, dev, cb);
+	return pmtest_knob_take(PMTEST_KNOB_PANIC, name, cb);
 }
 
 /**
  * pmtest_knob_fault - Consume one call of a "fault" knob for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs.
  * @cb: Callback.
  *
  * Return: the negative errno the callback must return, or 0.
  */
-int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb)
-{
-	return pmtest_knob_fault_name(dev_name(dev), cb);
-}
-
-/**
- * pmtest_knob_fault_name - pmtest_knob_fault() for a target without a device.
- * @name: Target name.
- * @cb: Callback.
- *
- * Return: the negative errno the callback must return, or 0.
- */
-int pmtest_knob_fault_name(const char *name, enum pmtest_cb cb)
+int pmtest_knob_fault(const char *name, enum pmtest_cb cb)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[PMTEST_KNOB_FAULT];
 	unsigned long flags;

@@ -106,6 +106,10 @@ static void pmtest_pm_complete(struct device *dev)
 #define PMTEST_PM_OPS_6_1					\
 	.prepare = pmtest_pm_prepare,				\
 	.complete = pmtest_pm_complete,				\
+	PMTEST_PM_OPS_LEVELS_6_1
+
+/* The leveled callbacks of 6.1 (neither prepare nor complete). */
+#define PMTEST_PM_OPS_LEVELS_6_1				\
 	.suspend = pmtest_pm_suspend,				\
 	.suspend_late = pmtest_pm_suspend_late,			\
 	.suspend_noirq = pmtest_pm_suspend_noirq,		\
@@ -125,16 +129,29 @@ static void pmtest_pm_complete(struct device *dev)
 	.restore_early = pmtest_pm_restore_early,		\
 	.restore = pmtest_pm_restore
 
+#ifdef PM_OPS_HAS_QUIESCE
+#define PMTEST_PM_OPS_QUIESCE					\
+	.quiesce = pmtest_pm_quiesce,				\
+	.quiesce_late = pmtest_pm_quiesce_late,			\
+	.quiesce_noirq = pmtest_pm_quiesce_noirq,		\
+	.recover = pmtest_pm_recover,				\
+	.recover_early = pmtest_pm_recover_early,		\
+	.recover_noirq = pmtest_pm_recover_noirq,
+#else
+#define PMTEST_PM_OPS_QUIESCE
+#endif
+
 const struct dev_pm_ops pmtest_full_pm_ops = {
 	PMTEST_PM_OPS_6_1,
-#ifdef PM_OPS_HAS_QUIESCE
-	.quiesce = pmtest_pm_quiesce,
-	.quiesce_late = pmtest_pm_quiesce_late,
-	.quiesce_noirq = pmtest_pm_quiesce_noirq,
-	.recover = pmtest_pm_recover,
-	.recover_early = pmtest_pm_recover_early,
-	.recover_noirq = pmtest_pm_recover_noirq,
-#endif
+	PMTEST_PM_OPS_QUIESCE
+};
+
+/* pmtest_full's, but for ->prepare (pmtest_flags.c). */
+const struct dev_pm_ops pmtest_flags_pm_ops = {
+	.prepare = pmtest_flags_prepare,
+	.complete = pmtest_pm_complete,
+	PMTEST_PM_OPS_LEVELS_6_1,
+	PMTEST_PM_OPS_QUIESCE
 };
 
 static const struct dev_pm_ops pmtest_compat_pm_ops = {

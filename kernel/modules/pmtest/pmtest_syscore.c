@@ -30,7 +30,7 @@ static int pmtest_syscore_suspend(void)
 	int event = pmtest_event_current(cb);
 	int ret;
 
-	ret = pmtest_knob_fault_name(PMTEST_SYSCORE_NAME, cb);
+	ret = pmtest_knob_fault(PMTEST_SYSCORE_NAME, cb);
 	pmtest_log(PMTEST_SYSCORE_NAME, cb, event, ret);
 
 	return ret;
