@@ -77,3 +77,57 @@ def test_successful_syscore_suspend_allows_restore():
     records = syscore_failure("restore")
     records[4] = ("pmtest_syscore", "syscore_suspend", "freeze", 0)
     assert verdict(records) == []
+
+
+def test_driver_behind_pmtest_pm_domain_is_judged_with_the_domain():
+    dev, pd = "pmtest_domain.1", "pmtest_domain.1/pd"
+    assert oracle.observe.pmtest_driver(pd) == "pmtest_pm_domain"
+    assert oracle.observe.pmtest_driver(dev) == "pmtest_domain"
+    good = [(dev, "prepare", "quiesce", 0), (pd, "prepare", "quiesce", 0),
+            (dev, "quiesce", "quiesce", 0), (pd, "quiesce", "quiesce", 0)]
+    assert verdict(good) == []
+    bad = list(good)
+    bad[2] = (dev, "freeze", "quiesce", 0)
+    assert [(v.rule, v.device) for v in verdict(bad)] == [("callback", dev)]
+
+
+S3_FULL = ["suspend", "suspend_late", "suspend_noirq", "resume_noirq", "resume_early", "resume"]
+
+
+def s3(device, callbacks, prepare_ret=0):
+    event = {c: ("suspend" if c.startswith("suspend") else "resume") for c in S3_FULL}
+    return ([(device, "prepare", "suspend", prepare_ret)]
+            + [(device, c, event[c], 0) for c in callbacks]
+            + [(device, "complete", "resume", 0)])
+
+
+def test_may_skip_resume_device_may_stay_suspended_after_s3_only():
+    skipped = ["suspend", "suspend_late", "suspend_noirq", "resume"]
+    assert verdict(s3("pmtest_skip_resume.0", S3_FULL)) == []
+    assert verdict(s3("pmtest_skip_resume.0", skipped)) == []
+    # the same on a device without the flag
+    assert {v.rule for v in verdict(s3("pmtest_full.0", skipped))} == {"mirror"}
+    # issue 10 defect 2: a failed freeze recovered without recover_noirq/_early
+    dev = "pmtest_skip_resume.0"
+    failed = [(dev, "prepare", "freeze", 0), (dev, "freeze", "freeze", 0),
+              (dev, "freeze_late", "freeze", 0), (dev, "freeze_noirq", "freeze", 0),
+              ("pmtest_full.3", "prepare", "freeze", 0), ("pmtest_full.3", "freeze", "freeze", 0),
+              ("pmtest_full.3", "freeze_late", "freeze", 0),
+              ("pmtest_full.3", "freeze_noirq", "freeze", -5),
+              ("pmtest_full.3", "recover_early", "recover", 0),
+              ("pmtest_full.3", "recover", "recover", 0),
+              ("pmtest_full.3", "complete", "recover", 0),
+              (dev, "recover", "recover", 0), (dev, "complete", "recover", 0)]
+    assert [(v.rule, v.device) for v in verdict(failed)] == [("mirror", dev)]
+    failed[11:11] = [(dev, "recover_noirq", "recover", 0), (dev, "recover_early", "recover", 0)]
+    assert verdict(failed) == []
+
+
+def test_direct_complete_only_where_the_row_takes_it():
+    assert verdict(s3("pmtest_direct.0", [], prepare_ret=1)) == []
+    found = verdict(s3("pmtest_direct.0", S3_FULL, prepare_ret=1))
+    assert {v.rule for v in found} == {"direct-complete"}
+    # DPM_FLAG_NO_DIRECT_COMPLETE: every level, also after a positive ->prepare
+    assert verdict(s3("pmtest_no_direct.0", S3_FULL, prepare_ret=1)) == []
+    found = verdict(s3("pmtest_no_direct.0", [], prepare_ret=1) + s3("pmtest_full.0", S3_FULL))
+    assert [(v.rule, v.device) for v in found] == [("missing", "pmtest_no_direct.0")]

@@ -21,7 +21,12 @@ PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d
 # pmtest devices named by others: the ACPI core names the devices of the
 # lab's SSDT after their _HID; the syscore_ops have a fixed name.
 PMTEST_OTHER_NAMES = ((re.compile(r"^PMTS0001:[0-9a-f]{2}$"), "pmtest_acpi"),
-                      (re.compile(r"^pmtest_syscore$"), "pmtest_syscore"))
+                      (re.compile(r"^pmtest_syscore$"), "pmtest_syscore"),
+                      (re.compile(r"^pmtest_domain\.\d{1,20}/pd$"), "pmtest_pm_domain"),
+                      (re.compile(r"^pmtest_domain\.\d{1,20}$"), "pmtest_domain"),
+                      (re.compile(r"^pmtest_skip_resume\.\d{1,20}$"), "pmtest_skip_resume"),
+                      (re.compile(r"^pmtest_direct\.\d{1,20}$"), "pmtest_direct"),
+                      (re.compile(r"^pmtest_no_direct\.\d{1,20}$"), "pmtest_no_direct"))
 
 # dpm_* phase marker -> (side, level) of the callbacks run inside it
 PHASES = {

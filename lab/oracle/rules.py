@@ -66,8 +66,10 @@ SEED_ADDITIONS = frozenset(CALLBACKS["quiesce"] + CALLBACKS["recover"])
 LEVELED = frozenset(CALLBACK_LEVEL)
 PASS_ON = {callback: callback for callback in LEVELED}
 PROVIDERS = {
+    "pm_core": PASS_ON,                    # the core calling a provider's own ops
     "bus": PASS_ON,                        # platform_bus_type, pci_bus_type
     "acpi_general_pm_domain": PASS_ON,     # drivers/acpi/device_pm.c
+    "pmtest_pm_domain": PASS_ON,           # kernel/modules/pmtest/pmtest_domain.c
 }
 
 # The pmtest drivers (kernel/modules/pmtest/README.md): what each implements
@@ -84,6 +86,22 @@ DRIVERS = {
     "pmtest_acpi": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
                     "provider": "acpi_general_pm_domain"},
     "pmtest_syscore": {"syscore": True},
+    # a PM domain of pmtest's own, logging its callbacks as "<device>/pd", and
+    # the driver of the devices in it
+    "pmtest_pm_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    "pmtest_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
+                      "provider": "pmtest_pm_domain"},
+    # DPM flags (pmtest_flags.c).  "may_skip": per resume-side event, the
+    # levels the core may leave out for a DPM_FLAG_MAY_SKIP_RESUME device
+    # that nobody needs resumed (main.c dev_pm_skip_resume(): only after a
+    # suspend; a thaw, restore or recover must resume what was frozen).
+    # "direct_complete": the events in which a runtime-suspended device whose
+    # ->prepare returned a positive number gets nothing but ->complete.
+    "pmtest_skip_resume": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus",
+                           "may_skip": {"resume": (2, 3)}},
+    "pmtest_direct": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus",
+                      "direct_complete": ("suspend",)},
+    "pmtest_no_direct": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
 }
 
 # syscore_ops: not devices.  A failing syscore_suspend() fails the transition
@@ -109,6 +127,18 @@ def driver_callback(driver, callback):
     if fallback in implemented:
         return fallback
     return None
+
+
+def driver_levels(driver, event):
+    """The levels (1..3) at which `driver` has a callback for `event`."""
+    return [level for level, callback in enumerate(CALLBACKS[event], start=1)
+            if driver_callback(driver, callback)]
+
+
+def prepare_failed(ret):
+    """->prepare failed: a negative return but -EAGAIN (retried).  A positive
+    one asks for direct_complete."""
+    return ret < 0 and ret != EAGAIN
 
 
 def side_of(callback, event):
