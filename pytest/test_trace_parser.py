@@ -99,3 +99,11 @@ def test_phase_of(label, phase):
 
 def test_comment_and_garbage_lines_skipped():
     assert trace.parse("# tracer: nop\n#\nnot a trace line\n\n") == []
+
+
+def test_positive_prepare_is_no_failure():
+    # ->prepare returning 1 asks for direct_complete (pmtest_direct.0)
+    sequences = {"pmtest_direct.0": [{"cb": "[suspend]", "err": 1}],
+                 "pmtest_full.3": [{"cb": "[suspend]", "err": -5}, {"cb": "driver [suspend]", "err": 1}]}
+    assert trace.failed_callbacks(sequences) == [("pmtest_full.3", "[suspend]", -5),
+                                                 ("pmtest_full.3", "driver [suspend]", 1)]
