@@ -29,6 +29,10 @@ ROWS = {
     "pm_domain": {f"{dev}{layer}": (S3, QUIESCE)
                   for dev in ("pmtest_domain.0", "pmtest_domain.1", "pmtest_domain.2")
                   for layer in ("", "/pd")},
+    "type": {f"{dev}{layer}": (S3, QUIESCE)
+             for dev in ("pmtest_typed.0", "pmtest_typed.1", "pmtest_typed.2")
+             for layer in ("", "/type")},
+    "class": {"pmtest_class.0": (S3, QUIESCE), "pmtest_class.1": (S3, QUIESCE)},
     "dpm_flags": {
         # MAY_SKIP_RESUME, needed by nobody: left suspended after a suspend
         "pmtest_skip_resume.0": (["prepare", "suspend", "suspend_late", "suspend_noirq",
@@ -111,7 +115,7 @@ def test_row_suspends_and_resumes(matrix, row, mode):
     # the trace saw the PM core call every device of the row
     trace, _ = oracle.from_trace(seen.sections["trace"])
     traced = {oracle.observe.device_name(c.device) for c in trace}
-    assert {d for d in ROWS[row] if not d.endswith("/pd")} <= traced
+    assert {d for d in ROWS[row] if "/" not in d} <= traced
 
 
 @pytest.mark.parametrize("row", sorted(ROWS))
@@ -181,6 +185,8 @@ def knob(matrix, name, text):
     ("delay", "pmtest_syscore syscore_suspend 10", "Invalid argument"),    # fault only
     ("child", "PMTS0001:00 prepare", "Invalid argument"),                  # the firmware's children
     ("child", "pmtest_domain.0/pd prepare", "Invalid argument"),           # a domain, not a device
+    ("child", "pmtest_class.0 prepare", "Invalid argument"),               # not a platform tree
+    ("fault", "pmtest_class.0/type suspend -5 1", "No such device"),       # a class, no type
     ("fault", "pmtest_direct.0/pd suspend -5 1", "No such device"),        # in no pmtest domain
     ("fault", "PMTS0001:07 suspend -5 1", "No such device"),
 ])

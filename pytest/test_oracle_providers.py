@@ -131,3 +131,15 @@ def test_direct_complete_only_where_the_row_takes_it():
     assert verdict(s3("pmtest_no_direct.0", S3_FULL, prepare_ret=1)) == []
     found = verdict(s3("pmtest_no_direct.0", [], prepare_ret=1) + s3("pmtest_full.0", S3_FULL))
     assert [(v.rule, v.device) for v in found] == [("missing", "pmtest_no_direct.0")]
+
+
+def test_type_and_class_rows_are_named_and_judged():
+    assert oracle.observe.pmtest_driver("pmtest_typed.2/type") == "pmtest_type_ops"
+    assert oracle.observe.pmtest_driver("pmtest_typed.2") == "pmtest_typed"
+    assert oracle.observe.pmtest_driver("pmtest_class.1") == "pmtest_class"
+    dev, layer = "pmtest_typed.0", "pmtest_typed.0/type"
+    bad = [(dev, "prepare", "quiesce", 0), (layer, "prepare", "quiesce", 0),
+           (dev, "freeze", "quiesce", 0), (layer, "quiesce", "quiesce", 0),
+           ("pmtest_class.0", "prepare", "quiesce", 0), ("pmtest_class.0", "freeze", "quiesce", 0)]
+    assert [(v.rule, v.device) for v in verdict(bad)] == [("callback", dev),
+                                                          ("callback", "pmtest_class.0")]

@@ -70,6 +70,7 @@ PROVIDERS = {
     "bus": PASS_ON,                        # platform_bus_type, pci_bus_type
     "acpi_general_pm_domain": PASS_ON,     # drivers/acpi/device_pm.c
     "pmtest_pm_domain": PASS_ON,           # kernel/modules/pmtest/pmtest_domain.c
+    "pmtest_type": PASS_ON,                # pmtest_typeclass.c, a device_type's ->pm
 }
 
 # The pmtest drivers (kernel/modules/pmtest/README.md): what each implements
@@ -91,6 +92,11 @@ DRIVERS = {
     "pmtest_pm_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
     "pmtest_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
                       "provider": "pmtest_pm_domain"},
+    # type->pm, logging as "<device>/type", and the driver behind it; a
+    # class->pm of devices without a driver (pmtest_typeclass.c)
+    "pmtest_type_ops": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    "pmtest_typed": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pmtest_type"},
+    "pmtest_class": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
     # DPM flags (pmtest_flags.c).  "may_skip": per resume-side event, the
     # levels the core may leave out for a DPM_FLAG_MAY_SKIP_RESUME device
     # that nobody needs resumed (main.c dev_pm_skip_resume(): only after a

@@ -16,6 +16,7 @@
  *                     devices are frozen
  *   pmtest_domain.c   devices under a struct dev_pm_domain of pmtest's own
  *   pmtest_flags.c    devices with DPM flags and runtime PM state
+ *   pmtest_typeclass.c devices reached through type->pm and class->pm
  */
 #ifndef _PMTEST_H
 #define _PMTEST_H
@@ -152,6 +153,10 @@ void pmtest_domain_exit(void);
 int pmtest_flags_prepare(struct device *dev);
 int pmtest_flags_init(void);
 void pmtest_flags_exit(void);
+
+/* pmtest_typeclass.c */
+int pmtest_typeclass_init(void);
+void pmtest_typeclass_exit(void);
 
 /* pmtest_syscore.c */
 int pmtest_syscore_init(void);

@@ -6,7 +6,8 @@
  * (pmtest_platform.c), a PCI driver for QEMU's edu device (pmtest_edu.c),
  * a driver for the ACPI devices of the lab's SSDT (pmtest_acpi.c), devices
  * in a PM domain of its own (pmtest_domain.c), devices with DPM flags
- * (pmtest_flags.c) and syscore_ops (pmtest_syscore.c), logs every PM
+ * (pmtest_flags.c), devices with type and class PM (pmtest_typeclass.c)
+ * and syscore_ops (pmtest_syscore.c), logs every PM
  * callback they get (pmtest_log.c) and lets tests delay callbacks, make
  * them fail and register children from them (pmtest_knobs.c).  See
  * README.md.
@@ -87,9 +88,13 @@ static int __init pmtest_init(void)
 	if (ret)
 		goto err_domain;
 
-	ret = pmtest_syscore_init();
+	ret = pmtest_typeclass_init();
 	if (ret)
 		goto err_flags;
+
+	ret = pmtest_syscore_init();
+	if (ret)
+		goto err_typeclass;
 
 	ret = pmtest_knobs_init(pmtest_debugfs, fault_param, delay_param,
 				child_param);
@@ -100,6 +105,8 @@ static int __init pmtest_init(void)
 
 err_syscore:
 	pmtest_syscore_exit();
+err_typeclass:
+	pmtest_typeclass_exit();
 err_flags:
 	pmtest_flags_exit();
 err_domain:
@@ -128,6 +135,7 @@ static void __exit pmtest_exit(void)
 {
 	debugfs_remove_recursive(pmtest_debugfs);
 	pmtest_syscore_exit();
+	pmtest_typeclass_exit();
 	pmtest_flags_exit();
 	pmtest_domain_exit();
 	pmtest_acpi_exit();
