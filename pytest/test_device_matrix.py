@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from lab import guest_report, modes, oracle
+from lab import guest_report, modes, oracle, pmtest_log
 from lab.session import Session
 
 pytestmark = pytest.mark.guest
@@ -33,6 +33,8 @@ ROWS = {
              for dev in ("pmtest_typed.0", "pmtest_typed.1", "pmtest_typed.2")
              for layer in ("", "/type")},
     "class": {"pmtest_class.0": (S3, QUIESCE), "pmtest_class.1": (S3, QUIESCE)},
+    # async suspend/resume, one level deeper than the other trees (15 devices)
+    "async": {f"pmtest_async.{i}": (S3, QUIESCE) for i in range(15)},
     "dpm_flags": {
         # MAY_SKIP_RESUME, needed by nobody: left suspended after a suspend
         "pmtest_skip_resume.0": (["prepare", "suspend", "suspend_late", "suspend_noirq",
@@ -133,6 +135,39 @@ def test_row_hibernates(matrix, row):
         assert image[-4:] == ["restore_noirq", "restore_early", "restore", "complete"], (device, image)
 
 
+def test_async_tree_runs_siblings_together_and_keeps_parents_and_children_in_order(matrix):
+    """Two sibling leaves suspend 300 ms each, asynchronously: they overlap,
+    and their parent still suspends only after both; the root resumes 300 ms
+    and its children only after it."""
+    knobs = [("delay", "pmtest_async.13 suspend 300"), ("delay", "pmtest_async.14 suspend 300"),
+             ("delay", "pmtest_async.0 resume 300")]
+    seen = matrix("mem", knobs)
+    assert seen.record["verdict"] == "pass", seen.explain()
+    ends = {(c.device, c.callback): c.index for c in seen.calls}
+    t = {(e["dev"], e["cb"]): e["t"] for e in pmtest_log.parse(seen.sections["pmtest_log"])}
+    leaves = [t[("pmtest_async.13", "suspend")], t[("pmtest_async.14", "suspend")]]
+    assert abs(leaves[0] - leaves[1]) < 150e6, "the siblings' 300 ms suspends did not overlap"
+    assert ends[("pmtest_async.6", "suspend")] > max(ends[("pmtest_async.13", "suspend")],
+                                                   ends[("pmtest_async.14", "suspend")])
+    assert t[("pmtest_async.6", "suspend")] >= max(leaves)
+    for child in ("pmtest_async.1", "pmtest_async.2"):
+        assert t[(child, "resume")] > t[("pmtest_async.0", "resume")]
+
+
+def test_child_knob_reaches_the_re_prepare_bound(matrix):
+    """A child registered in each of four ->prepare calls: the device is
+    completed and prepared again three times (DPM_PREPARE_CHILD_RETRIES),
+    then taken as prepared with the warning."""
+    seen = matrix("mem", [("child", "pmtest_full.1 prepare 4")])
+    assert seen.record["verdict"] == "pass", seen.explain()
+    assert seen.violations() == [], seen.explain()
+    registered = [c.device for c in seen.calls if c.callback == "register"]
+    assert len(registered) == 4, registered
+    assert seen.callbacks("pmtest_full.1")[:8] == ["prepare", "complete"] * 3 + ["prepare", "suspend"]
+    assert any("children still registered during prepare after 3 retries" in line
+               for line in seen.record["evidence"]), "no warning at the bound"
+
+
 def test_syscore_ops_run_in_s3_and_hibernation_not_in_s2idle(matrix):
     assert matrix.cycle("mem").callbacks("pmtest_syscore") == ["syscore_suspend", "syscore_resume"]
     assert matrix.cycle("freeze").callbacks("pmtest_syscore") == []
@@ -189,6 +224,7 @@ def knob(matrix, name, text):
     ("fault", "pmtest_class.0/type suspend -5 1", "No such device"),       # a class, no type
     ("fault", "pmtest_direct.0/pd suspend -5 1", "No such device"),        # in no pmtest domain
     ("fault", "PMTS0001:07 suspend -5 1", "No such device"),
+    ("child", "pmtest_full.1 prepare 17", "Invalid argument"),             # past PMTEST_CHILD_MAX
 ])
 def test_knob_for_the_wrong_provider_is_refused_and_changes_nothing(matrix, name, text, error):
     if matrix.session.guest is None:
@@ -208,3 +244,34 @@ def test_knobs_reach_every_new_provider(matrix):
     reply, _, after = knob(matrix, "fault", "pmtest_syscore syscore_suspend -5 3")
     assert reply.status == 0 and "pmtest_syscore syscore_suspend -5 3" in after
     knob(matrix, "fault", "clear")
+
+
+# One device per row whose driver has every level: an injected failure per
+# level and side, and the whole unwind of that device.
+FAULT_DEVICES = {"acpi": "PMTS0001:01", "pm_domain": "pmtest_domain.1", "type": "pmtest_typed.1",
+                 "class": "pmtest_class.1", "async": "pmtest_async.7",
+                 "dpm_flags": "pmtest_no_direct.0"}
+UNWIND = {
+    "suspend": ["prepare", "suspend", "complete"],
+    "suspend_late": ["prepare", "suspend", "suspend_late", "resume", "complete"],
+    "suspend_noirq": ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume_early",
+                      "resume", "complete"],
+    # a failing resume-side callback does not stop the resume
+    "resume_noirq": S3, "resume_early": S3, "resume": S3,
+}
+
+
+@pytest.mark.parametrize("callback", sorted(UNWIND))
+@pytest.mark.parametrize("row", sorted(FAULT_DEVICES))
+def test_row_failure_unwinds(matrix, row, callback):
+    device = FAULT_DEVICES[row]
+    seen = matrix("mem", [("fault", f"{device} {callback} {EIO} 1")], expect="fail")
+    assert seen.record["verdict"] == "fail", seen.explain()
+    assert seen.violations() == [], seen.explain()
+    sequence = [(c.callback, c.ret) for c in seen.calls if c.device == device]
+    expected = [(cb, EIO if cb == callback else (1 if cb == "prepare" and row == "dpm_flags" else 0))
+                for cb in UNWIND[callback]]
+    assert sequence == expected, seen.explain()
+    if row in ("pm_domain", "type"):  # the provider saw its driver fail
+        layer = f"{device}/{'pd' if row == 'pm_domain' else 'type'}"
+        assert [(c.callback, c.ret) for c in seen.calls if c.device == layer] == expected

@@ -96,14 +96,14 @@ EXPECTED_S3 = {"pmtest_full": FULL_S3, "pmtest_compat": FULL_S3,
                "pmtest_legacy": ["suspend", "resume"],
                "pmtest_edu": ["prepare", "suspend", "resume", "complete"],
                # the device matrix (pytest/test_device_matrix.py has its rules)
-               "pmtest_acpi": FULL_S3, "pmtest_domain": FULL_S3, "pmtest_pm_domain": FULL_S3,
+               "pmtest_async": FULL_S3, "pmtest_acpi": FULL_S3, "pmtest_domain": FULL_S3, "pmtest_pm_domain": FULL_S3,
                "pmtest_typed": FULL_S3, "pmtest_type_ops": FULL_S3, "pmtest_class": FULL_S3,
                "pmtest_skip_resume": ["prepare", "suspend", "suspend_late", "suspend_noirq",
                                       "resume", "complete"],
                "pmtest_direct": ["prepare", "complete"], "pmtest_no_direct": FULL_S3,
                "pmtest_syscore": ["syscore_suspend", "syscore_resume"]}
 PLATFORM_DEVICES = 7  # depth 2, fanout 2 per driver
-MATRIX_DEVICES = {"pmtest_acpi": 2, "pmtest_domain": 3, "pmtest_pm_domain": 3,
+MATRIX_DEVICES = {"pmtest_async": 15, "pmtest_acpi": 2, "pmtest_domain": 3, "pmtest_pm_domain": 3,
                   "pmtest_typed": 3, "pmtest_type_ops": 3, "pmtest_class": 2,
                   "pmtest_skip_resume": 1, "pmtest_direct": 1, "pmtest_no_direct": 1,
                   "pmtest_syscore": 1}

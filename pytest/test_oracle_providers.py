@@ -143,3 +143,36 @@ def test_type_and_class_rows_are_named_and_judged():
            ("pmtest_class.0", "prepare", "quiesce", 0), ("pmtest_class.0", "freeze", "quiesce", 0)]
     assert [(v.rule, v.device) for v in verdict(bad)] == [("callback", dev),
                                                           ("callback", "pmtest_class.0")]
+
+
+def test_async_tree_names_have_parents():
+    calls = oracle.from_pmtest("pmtest: seq=1 t=1 dev=pmtest_async.13 cb=prepare event=suspend ret=0")
+    assert calls[0].driver == "pmtest_async"
+    assert oracle.pmtest_parents(calls)["pmtest_async.13"] == "pmtest_async.6"
+
+
+def child_prepares(children):
+    """pmtest_full.1 gains a child in each of its first `children` ->prepare."""
+    records = []
+    for n in range(children):
+        records += [(f"pmtest_full.{7 + n}", "register", "suspend", 0),
+                    ("pmtest_full.1", "prepare", "suspend", 0)]
+        if n < rules.PREPARE_CHILD_RETRIES:
+            records.append(("pmtest_full.1", "complete", "suspend", 0))
+    if children <= rules.PREPARE_CHILD_RETRIES:
+        records.append(("pmtest_full.1", "prepare", "suspend", 0))
+    return records + [("pmtest_full.1", "suspend", "suspend", 0),
+                      ("pmtest_full.1", "resume", "resume", 0),
+                      ("pmtest_full.1", "complete", "resume", 0)]
+
+
+def test_re_prepare_is_bounded():
+    for children in (1, rules.PREPARE_CHILD_RETRIES, rules.PREPARE_CHILD_RETRIES + 1):
+        found = [v for v in verdict(child_prepares(children)) if v.rule != "missing"]
+        assert found == [], (children, [str(v) for v in found])
+    # a fourth re-prepare is past the bound
+    records = child_prepares(rules.PREPARE_CHILD_RETRIES + 1)
+    position = records.index(("pmtest_full.1", "suspend", "suspend", 0))
+    records[position:position] = [("pmtest_full.1", "complete", "suspend", 0),
+                                   ("pmtest_full.1", "prepare", "suspend", 0)]
+    assert "prepare" in {v.rule for v in verdict(records)}

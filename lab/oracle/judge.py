@@ -158,6 +158,7 @@ class _Transition:
     def _device(self, calls, registered_during):
         prepared = completed = may_prepare_again = False
         retry_child = None  # registered during this device's last ->prepare
+        reprepares = 0      # ->complete + ->prepare for a child, bounded
         reached, resumed, failed_at = [], [], None
         suspend_started = False
         legacy = calls[0].driver == "pmtest_legacy"
@@ -188,6 +189,10 @@ class _Transition:
                 if ("retry" in call.tags or retry_child) and not suspend_started:
                     call.tags.add("retry")
                     retry_child, may_prepare_again = None, True
+                    reprepares += 1
+                    if reprepares > rules.PREPARE_CHILD_RETRIES:
+                        self.flag("prepare", call, f"completed for a re-prepare {reprepares} "
+                                  f"times; the bound is {rules.PREPARE_CHILD_RETRIES}")
                     continue
                 if call.source == "pmtest" and not self._mirrors(driver, reached, resumed):
                     self.flag("mirror", call, f"resume levels {resumed} do not mirror the "
@@ -199,9 +204,9 @@ class _Transition:
                           f"directly in a {self.event} transition")
             elif side == "suspend":
                 suspend_started = True
-                if retry_child:
+                if retry_child and reprepares < rules.PREPARE_CHILD_RETRIES:
                     self._child_not_reprepared(call, retry_child)
-                    retry_child = None
+                retry_child = None  # past the bound: taken as prepared
                 if not prepared and not legacy and call.source == "pmtest":
                     self.flag("prepare", call, f"{call.callback} without a successful ->prepare")
                 if failed_at is not None:
@@ -234,7 +239,7 @@ class _Transition:
                 elif resumed and level >= resumed[-1]:
                     self.flag("level", call, f"{call.callback} after resume level {resumed[-1]}")
                 resumed.append(level)
-        if retry_child:
+        if retry_child and reprepares < rules.PREPARE_CHILD_RETRIES:
             self._child_not_reprepared(calls[-1], retry_child)
         if prepared and not (self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
             self.flag("complete", calls[-1], f"no ->complete after ->prepare in a {self.event} "

@@ -17,7 +17,7 @@ from lab import trace as trace_mod
 from . import rules
 
 PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d{1,20})$")
+PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy|async))\.(?P<id>\d{1,20})$")
 # pmtest devices named by others: the ACPI core names the devices of the
 # lab's SSDT after their _HID; the syscore_ops have a fixed name.
 PMTEST_OTHER_NAMES = ((re.compile(r"^PMTS0001:[0-9a-f]{2}$"), "pmtest_acpi"),

@@ -44,6 +44,11 @@ FALLBACK = {
     "recover": "thaw", "recover_early": "thaw_early", "recover_noirq": "thaw_noirq",
 }
 
+# A device that gains a child during ->prepare is completed and prepared
+# again, at most this many times (patch 0006, DPM_PREPARE_CHILD_RETRIES);
+# past it the core takes it as prepared, with a warning.
+PREPARE_CHILD_RETRIES = 3
+
 # ->prepare returning -EAGAIN is retried at once (main.c); it is no failure.
 EAGAIN = -11
 
@@ -84,6 +89,8 @@ DRIVERS = {
         "prepare", "complete", "suspend", "resume", "freeze", "thaw",
         "poweroff", "restore", "quiesce", "recover")), "provider": "bus"},
     "pmtest_legacy": {"legacy": True},
+    # pmtest_full's callbacks, every device async (device_enable_async_suspend)
+    "pmtest_async": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
     "pmtest_acpi": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
                     "provider": "acpi_general_pm_domain"},
     "pmtest_syscore": {"syscore": True},

@@ -9,8 +9,9 @@
  *
  *   fault  <dev|*> <callback> <errno> <count>   return -errno for count calls
  *   delay  <dev|*> <callback> <ms>              wait ms in every call (0: off)
- *   child  <dev> <prepare|suspend>              register a child device in
- *                                               the next such call
+ *   child  <dev> <prepare|suspend> [count]      register a child device in
+ *                                               each of the next count (1)
+ *                                               such calls
  *   panic  <dev|*> <callback>                   panic() in the next such call
  *
  * Writing "clear" to a file removes all of its knobs; reading it lists them
@@ -47,6 +48,8 @@
 #define PMTEST_KNOB_BUF		128
 /* Most fields in a knob. */
 #define PMTEST_KNOB_FIELDS	4
+/* Most children one child knob registers (past the re-prepare bound). */
+#define PMTEST_CHILD_MAX	16
 
 enum pmtest_knob_type {
 	PMTEST_KNOB_FAULT,
@@ -61,7 +64,8 @@ enum pmtest_knob_type {
  * @dev: Device name, or "*" for every pmtest device.
  * @cb: Callback (enum pmtest_cb).
  * @val: Fault: negative errno.  Delay: milliseconds.
- * @count: Fault: calls left to fail.
+ * @count: Fault: calls left to fail.  Child: calls left to register a
+ *	   child in.
  */
 struct pmtest_knob {
 	char dev[PMTEST_NAME_LEN];
@@ -74,12 +78,14 @@ struct pmtest_knob {
  * struct pmtest_knob_table - The knobs of one kind.
  * @name: debugfs file and module parameter name.
  * @nfields: Fields of a knob of this kind.
+ * @optional: How many of the last fields may be left out.
  * @n: Knobs in use.
  * @e: Knobs, in the order they were first set.
  */
 struct pmtest_knob_table {
 	const char *name;
 	unsigned int nfields;
+	unsigned int optional;
 	unsigned int n;
 	struct pmtest_knob e[PMTEST_KNOB_MAX];
 };
@@ -88,7 +94,7 @@ static DEFINE_SPINLOCK(pmtest_knob_lock);
 static struct pmtest_knob_table pmtest_knobs[PMTEST_NR_KNOB] = {
 	[PMTEST_KNOB_FAULT] = { .name = "fault", .nfields = 4 },
 	[PMTEST_KNOB_DELAY] = { .name = "delay", .nfields = 3 },
-	[PMTEST_KNOB_CHILD] = { .name = "child", .nfields = 2 },
+	[PMTEST_KNOB_CHILD] = { .name = "child", .nfields = 3, .optional = 1 },
 	[PMTEST_KNOB_PANIC] = { .name = "panic", .nfields = 2 },
 };
 
@@ -256,7 +262,10 @@ unsigned int pmtest_knob_delay(const char *name, enum pmtest_cb cb)
 	return ms;
 }
 
-/* Consume a one-shot knob of kind @type for @name and @cb, if there is one. */
+/*
+ * Consume one call of a knob of kind @type for @name and @cb, if there is
+ * one (panic knobs have one, child knobs their count).
+ */
 static bool pmtest_knob_take(enum pmtest_knob_type type, const char *name,
 			     enum pmtest_cb cb)
 {
@@ -266,7 +275,7 @@ static bool pmtest_knob_take(enum pmtest_knob_type type, const char *name,
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
 	i = pmtest_knob_find(t, name, cb);
-	if (i >= 0)
+	if (i >= 0 && --t->e[i].count <= 0)
 		pmtest_knob_remove(t, i);
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
 
@@ -361,10 +370,11 @@ static void pmtest_knob_clear(struct pmtest_knob_table *t)
 }
 
 /*
- * Check the fields @f of a knob of kind @type (t->nfields of them, none
- * empty) and set it.
+ * Check the @nf fields @f of a knob of kind @type (t->nfields of them, or
+ * fewer by at most t->optional; none empty) and set it.
  */
-static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
+static int pmtest_knob_set(enum pmtest_knob_type type, char **f,
+			   unsigned int nf)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[type];
 	struct pmtest_knob k = {};
@@ -403,6 +413,10 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 			return -EINVAL;
 		if (!strcmp(k.dev, "*"))
 			return -EINVAL;
+		k.count = 1;
+		if (nf > 2 && (kstrtoint(f[2], 0, &k.count) || k.count < 1 ||
+			       k.count > PMTEST_CHILD_MAX))
+			return -EINVAL;
 		break;
 	case PMTEST_KNOB_PANIC:
 		break;
@@ -419,8 +433,12 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 	return pmtest_knob_store(t, &k, remove);
 }
 
-/* Split @s at blanks into exactly @nf fields. */
-static int pmtest_split_blanks(char *s, char **f, unsigned int nf)
+/*
+ * Split @s at blanks into @nf fields, or fewer by at most @optional.
+ * Return: the number of fields, or -EINVAL.
+ */
+static int pmtest_split_blanks(char *s, char **f, unsigned int nf,
+			       unsigned int optional)
 {
 	unsigned int n = 0;
 	char *tok;
@@ -433,7 +451,23 @@ static int pmtest_split_blanks(char *s, char **f, unsigned int nf)
 		f[n++] = tok;
 	}
 
-	return n == nf ? 0 : -EINVAL;
+	return n + optional >= nf ? n : -EINVAL;
+}
+
+/*
+ * Fields of a parameter record of a kind with an optional last field: all
+ * of them if the last one is a number (a count), else one fewer.
+ */
+static unsigned int pmtest_param_fields(const char *rec,
+					const struct pmtest_knob_table *t)
+{
+	const char *c = strrchr(rec, ':');
+
+	if (!t->optional || (c && c[1] && strspn(c + 1, "0123456789") ==
+			     strlen(c + 1)))
+		return t->nfields;
+
+	return t->nfields - t->optional;
 }
 
 /*
@@ -471,6 +505,7 @@ static int pmtest_knob_param(enum pmtest_knob_type type, const char *param)
 {
 	char *f[PMTEST_KNOB_FIELDS];
 	char *buf, *s, *rec;
+	unsigned int nf;
 	size_t len;
 	int ret = 0;
 
@@ -487,9 +522,10 @@ static int pmtest_knob_param(enum pmtest_knob_type type, const char *param)
 		len = strlen(rec);
 		if (!len)
 			continue;
-		ret = pmtest_split_colons(rec, f, pmtest_knobs[type].nfields);
+		nf = pmtest_param_fields(rec, &pmtest_knobs[type]);
+		ret = pmtest_split_colons(rec, f, nf);
 		if (!ret)
-			ret = pmtest_knob_set(type, f);
+			ret = pmtest_knob_set(type, f, nf);
 		if (ret) {
 			/* Fields are split in place: quote the parameter. */
 			pr_err("%s=: bad record \"%.*s\": %d\n",
@@ -519,6 +555,8 @@ static int pmtest_knob_show(struct seq_file *m, void *v)
 			seq_printf(m, " %d %d", k->val, k->count);
 		else if (type == PMTEST_KNOB_DELAY)
 			seq_printf(m, " %d", k->val);
+		else if (type == PMTEST_KNOB_CHILD)
+			seq_printf(m, " %d", k->count);
 		seq_putc(m, '\n');
 	}
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -553,9 +591,9 @@ static ssize_t pmtest_knob_write(struct file *file, const char __user *ubuf,
 		return count;
 	}
 
-	ret = pmtest_split_blanks(s, f, t->nfields);
-	if (!ret)
-		ret = pmtest_knob_set(type, f);
+	ret = pmtest_split_blanks(s, f, t->nfields, t->optional);
+	if (ret >= 0)
+		ret = pmtest_knob_set(type, f, ret);
 
 	return ret ? ret : count;
 }

@@ -11,6 +11,10 @@
  *   pmtest_compat  only the callbacks Linux 6.1 has
  *   pmtest_legacy  platform_driver.suspend/.resume, logging the
  *                  pm_message_t event ->suspend() receives
+ *   pmtest_async   pmtest_full's callbacks, every device suspended and
+ *                  resumed asynchronously (device_enable_async_suspend()),
+ *                  one level deeper than the other trees, so that only the
+ *                  PM core's waits for children and parents keep the order
  *
  * Each tree has a root and @depth levels below it, every device having
  * @fanout children.  Devices are named "<driver>.<id>" with ids in
@@ -41,6 +45,7 @@ enum pmtest_kind {
 	PMTEST_FULL,
 	PMTEST_COMPAT,
 	PMTEST_LEGACY,
+	PMTEST_ASYNC,
 	PMTEST_NR_KIND,
 };
 
@@ -48,6 +53,7 @@ static const char * const pmtest_kind_name[PMTEST_NR_KIND] = {
 	[PMTEST_FULL] = "pmtest_full",
 	[PMTEST_COMPAT] = "pmtest_compat",
 	[PMTEST_LEGACY] = "pmtest_legacy",
+	[PMTEST_ASYNC] = "pmtest_async",
 };
 
 /**
@@ -214,10 +220,20 @@ static struct platform_driver pmtest_legacy_driver = {
 	},
 };
 
+static struct platform_driver pmtest_async_driver = {
+	.probe = pmtest_platform_probe,
+	.remove = pmtest_platform_remove,
+	.driver = {
+		.name = "pmtest_async",
+		.pm = &pmtest_full_pm_ops,
+	},
+};
+
 static struct platform_driver * const pmtest_drivers[PMTEST_NR_KIND] = {
 	[PMTEST_FULL] = &pmtest_full_driver,
 	[PMTEST_COMPAT] = &pmtest_compat_driver,
 	[PMTEST_LEGACY] = &pmtest_legacy_driver,
+	[PMTEST_ASYNC] = &pmtest_async_driver,
 };
 
 /* Register the next device of @kind under @parent (NULL: a root). */
@@ -242,6 +258,9 @@ static struct platform_device *pmtest_pdev_create(enum pmtest_kind kind,
 		kfree(pd);
 		return err;
 	}
+	/* Before any transition: the flag is read when one starts. */
+	if (kind == PMTEST_ASYNC)
+		device_enable_async_suspend(&pd->pdev->dev);
 
 	mutex_lock(&pmtest_pdevs_lock);
 	list_add_tail(&pd->node, &pmtest_pdevs);
@@ -363,7 +382,7 @@ static int pmtest_tree_create(enum pmtest_kind kind, unsigned int total,
  */
 int pmtest_platform_init(unsigned int depth, unsigned int fanout)
 {
-	int kind, total, ret;
+	int kind, total, async_total, ret;
 
 	total = pmtest_tree_size(depth, fanout);
 	if (total < 0) {
@@ -371,6 +390,10 @@ int pmtest_platform_init(unsigned int depth, unsigned int fanout)
 		       depth, fanout, PMTEST_TREE_MAX);
 		return total;
 	}
+	/* One level deeper, where that still fits. */
+	async_total = pmtest_tree_size(depth + 1, fanout);
+	if (async_total < 0)
+		async_total = total;
 
 	for (kind = 0; kind < PMTEST_NR_KIND; kind++) {
 		ret = platform_driver_register(pmtest_drivers[kind]);
@@ -379,7 +402,8 @@ int pmtest_platform_init(unsigned int depth, unsigned int fanout)
 	}
 
 	for (kind = 0; kind < PMTEST_NR_KIND; kind++) {
-		ret = pmtest_tree_create(kind, total, fanout);
+		ret = pmtest_tree_create(kind, kind == PMTEST_ASYNC ?
+					 async_total : total, fanout);
 		if (ret) {
 			pmtest_pdevs_remove();
 			kind = PMTEST_NR_KIND;
