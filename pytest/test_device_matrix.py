@@ -275,3 +275,40 @@ def test_row_failure_unwinds(matrix, row, callback):
     if row in ("pm_domain", "type"):  # the provider saw its driver fail
         layer = f"{device}/{'pd' if row == 'pm_domain' else 'type'}"
         assert [(c.callback, c.ret) for c in seen.calls if c.device == layer] == expected
+
+
+def unwind(event, undo, callback):
+    """A device's whole sequence when its `callback` (of `event`) fails: the
+    levels below it undone with `undo`, then ->complete."""
+    suspend = oracle.rules.CALLBACKS[event]
+    resume = oracle.rules.CALLBACKS[undo]
+    failed_level = suspend.index(callback) + 1
+    return (["prepare"] + list(suspend[:failed_level])
+            + [resume[level - 1] for level in range(failed_level - 1, 0, -1)] + ["complete"])
+
+
+@pytest.mark.parametrize("callback", ["freeze", "freeze_late", "freeze_noirq"])
+@pytest.mark.parametrize("row", sorted(FAULT_DEVICES))
+def test_row_failed_image_creation_unwinds(matrix, row, callback):
+    device = FAULT_DEVICES[row]
+    seen = matrix("disk", [("fault", f"{device} {callback} {EIO} 1")], expect="fail")
+    assert seen.record["verdict"] == "fail", seen.explain()
+    assert seen.violations(ROWS[row]) == [], seen.explain()
+    assert seen.callbacks(device) == unwind("freeze", "recover", callback), seen.explain()
+    assert (callback, EIO) in [(c.callback, c.ret) for c in seen.calls if c.device == device]
+
+
+@pytest.mark.parametrize("callback", ["quiesce", "quiesce_late", "quiesce_noirq"])
+@pytest.mark.parametrize("row", sorted(FAULT_DEVICES))
+def test_row_failed_restore_unwinds_in_the_boot_kernel(matrix, row, callback):
+    """The boot kernel of a restore quiesces the row's device, which fails:
+    it recovers from the levels it reached and the boot continues (issue 10
+    defect 3 for the ACPI row: its ->quiesce is ->freeze)."""
+    device = FAULT_DEVICES[row]
+    seen = matrix("disk", [("boot", f"pmtest.fault={device}:{callback}:{EIO}:1")], expect="fail")
+    assert len(seen.console_kernels) == 1, seen.explain()
+    boot = seen.console_kernels[0]
+    found = [v for v in oracle.judge(boot, oracle.pmtest_parents(boot)) if v.device in ROWS[row]]
+    assert found == [], "\n".join(str(v) for v in found)
+    assert seen.callbacks(device, boot) == unwind("quiesce", "recover", callback), seen.explain()
+    assert any("pmlab-init: no hibernation image" in line for line in seen.record["evidence"])
