@@ -18,6 +18,7 @@ class Artifacts:
     initrd: str
     manifest: dict = field(default_factory=dict)
     modules: list = field(default_factory=list)
+    ssdt: str = None   # pmtest's ACPI table (pmtest-ssdt.aml), None for a kernel without pmtest
 
 
 def find(directory=DEFAULT_DIR):
@@ -51,4 +52,10 @@ def find(directory=DEFAULT_DIR):
         if os.path.isdir(modules_dir) else []
     if os.path.getmtime(initrd) < max([os.path.getmtime(os.path.join(modules_dir, m)) for m in modules] or [0]):
         raise LabError(f"{initrd} is older than the modules in {modules_dir}: rebuild it with {build_initrd}")
-    return Artifacts(directory, kernel, initrd, manifest, modules)
+    # The SSDT of pmtest's ACPI devices (kernel/build compiles it): without
+    # it the ACPI row of the device matrix is silently missing from a guest.
+    ssdt = os.path.join(directory, "pmtest-ssdt.aml")
+    if "pmtest.ko" in modules and not os.path.isfile(ssdt):
+        raise LabError(f"missing {ssdt}: the pmtest ACPI devices need it (build it with {build_kernel})")
+    return Artifacts(directory, kernel, initrd, manifest, modules,
+                     ssdt if os.path.isfile(ssdt) else None)

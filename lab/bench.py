@@ -72,6 +72,7 @@ def raw_command(found, workdir, cycles, memory_mib=512):
         "-chardev", f"file,id=serial0,path={os.path.join(workdir, 'console.log')}",
         "-serial", "chardev:serial0",
         "-device", "edu,bus=pcie.0,addr=0x10",
+        *(["-acpitable", f"file={found.ssdt}"] if found.ssdt else []),
         "-qmp", f"unix:{os.path.join(workdir, 'qmp.sock')},server=on,wait=off",
     ]
 

@@ -107,7 +107,7 @@ class Guest:
         self.xml = None
         self.boot_id = None
         self.boots = 0
-        self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES]  # kernel, initramfs, swap
+        self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES]  # kernel, initramfs, swap, ssdt
         self.pool = None
 
     # ------------------------------------------------------------ lifecycle
@@ -118,9 +118,14 @@ class Guest:
         kernel = virt.upload_volume(self.conn, self.pool, self.volumes[0], self.artifacts.kernel)
         initrd = virt.upload_volume(self.conn, self.pool, self.volumes[1], self.artifacts.initrd)
         virt.blank_volume(self.pool, self.volumes[2], SWAP_BYTES)
+        tables = []
+        if self.artifacts.ssdt:
+            tables.append(virt.upload_volume(self.conn, self.pool, self.volumes[3],
+                                             self.artifacts.ssdt, mode=0o644).path())
         self.xml = virt.domain_xml(
             self.name, self.profile, kernel.path(), initrd.path(), self.cmdline, self.volumes[2],
-            f"/var/log/libvirt/qemu/{self.name}-serial0.log", self.memory_mib, self.vcpus)
+            f"/var/log/libvirt/qemu/{self.name}-serial0.log", self.memory_mib, self.vcpus,
+            acpi_tables=tables)
         flags = libvirt.VIR_DOMAIN_START_RESET_NVRAM if virt.PROFILES[self.profile]["loader"] else 0
         self._create(flags)
         self.boot_id = self.wait_agent(timeout)

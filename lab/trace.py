@@ -150,11 +150,13 @@ EAGAIN = -11
 def failed_callbacks(sequences):
     """(device id, callback, err) for each callback that returned an error.
     ->prepare returning -EAGAIN is no failure: the PM core prepares the
-    device again at once.  Its trace label carries no info ("[suspend]"),
-    which only ->prepare and ->complete have."""
+    device again at once; nor is a positive return (it asks for
+    direct_complete).  Its trace label carries no info ("[suspend]"), which
+    only ->prepare and ->complete have."""
     return [(device, call["cb"], call["err"])
             for device, calls in sequences.items() for call in calls
-            if call["err"] and not (call["err"] == EAGAIN and call["cb"].startswith("["))]
+            if call["err"] and not (call["cb"].startswith("[")
+                                    and (call["err"] == EAGAIN or call["err"] > 0))]
 
 
 def unfinished_callbacks(sequences):

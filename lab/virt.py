@@ -335,13 +335,17 @@ def _delete_volume(pool, name):
         pass
 
 
-def upload_volume(conn, pool, name, local_path):
-    """Copy a local file into the pool (over the libvirt connection)."""
+def upload_volume(conn, pool, name, local_path, mode=None):
+    """Copy a local file into the pool (over the libvirt connection).
+    `mode` (e.g. 0o644) for a file QEMU opens itself: libvirt relabels the
+    files the domain XML names as kernel, initrd or disk, not the ones in
+    qemu:commandline arguments."""
     _delete_volume(pool, name)
     size = os.path.getsize(local_path)
+    permissions = f"<permissions><mode>{mode:04o}</mode></permissions>" if mode is not None else ""
     vol = pool.createXML(
         f"<volume><name>{escape(name)}</name><capacity>{size}</capacity>"
-        f"<allocation>{size}</allocation><target><format type='raw'/></target></volume>", 0)
+        f"<allocation>{size}</allocation><target><format type='raw'/>{permissions}</target></volume>", 0)
     stream = conn.newStream(0)
     vol.upload(stream, 0, size, 0)
     with open(local_path, "rb") as source:
@@ -363,7 +367,7 @@ def delete_volumes(pool, names):
         _delete_volume(pool, name)
 
 
-VOLUME_SUFFIXES = ("-bzImage", "-initramfs", "-swap")
+VOLUME_SUFFIXES = ("-bzImage", "-initramfs", "-swap", "-ssdt")
 _MTIME = re.compile(r"<mtime>(\d+(?:\.\d+)?)</mtime>")
 
 
@@ -446,8 +450,11 @@ PROFILES = {
 
 
 def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
-               memory_mib=512, vcpus=1, extra_devices=("edu",)):
-    """Domain XML for one guest. type='qemu': no KVM here, QEMU runs under TCG."""
+               memory_mib=512, vcpus=1, extra_devices=("edu",), acpi_tables=()):
+    """Domain XML for one guest. type='qemu': no KVM here, QEMU runs under TCG.
+    `acpi_tables`: paths on the libvirt host of ACPI tables (pmtest's SSDT)
+    QEMU adds to the firmware's (-acpitable; libvirt 9.0 has an element only
+    for SLIC tables)."""
     if profile not in PROFILES:
         raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(PROFILES)})")
     p = PROFILES[profile]
@@ -458,6 +465,9 @@ def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
     qemu_args = "".join(
         f"<qemu:arg value='-device'/><qemu:arg value='{escape(device)},bus={p['root_bus']},addr={slot:#x}'/>"
         for slot, device in enumerate(extra_devices, start=0x10))
+    qemu_args += "".join(
+        f"<qemu:arg value='-acpitable'/><qemu:arg value='file={escape(path)}'/>"
+        for path in acpi_tables)
     return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>{escape(name)}</name>
   <memory unit='MiB'>{memory_mib}</memory>

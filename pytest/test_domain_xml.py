@@ -50,3 +50,11 @@ def test_unknown_profile():
 def test_names_are_escaped():
     text = virt.domain_xml("g<1>", "q35-ovmf", "/k&", "/i", "a='b'", "v", "/l")
     assert ET.fromstring(text).find("name").text == "g<1>"
+
+
+def test_acpi_tables_reach_qemu_after_the_devices():
+    dom = ET.fromstring(virt.domain_xml("g1", "q35-ovmf", "/k", "/i", "console=ttyS0", "g1-swap",
+                                        "/l", acpi_tables=["/var/lib/libvirt/pmlab/g1-ssdt"]))
+    args = [a.get("value") for a in dom.find(f"{QEMU_NS}commandline")]
+    assert args == ["-device", "edu,bus=pcie.0,addr=0x10",
+                    "-acpitable", "file=/var/lib/libvirt/pmlab/g1-ssdt"]

@@ -127,3 +127,11 @@ def test_same_named_devices_stay_apart_in_the_dashboard_latency(tmp_path):
     devices = compute.compute([str(tmp_path)])["latency"]["devices"]
     assert devices["PNP0A06:01 (acpi)"]["driver"] == "acpi"
     assert devices["PNP0A06:01 (container)"]["driver"] == "container"
+
+
+def test_positive_prepare_is_no_failure():
+    # ->prepare returning 1 asks for direct_complete (pmtest_direct.0)
+    sequences = {"pmtest_direct.0": [{"cb": "[suspend]", "err": 1}],
+                 "pmtest_full.3": [{"cb": "[suspend]", "err": -5}, {"cb": "driver [suspend]", "err": 1}]}
+    assert trace.failed_callbacks(sequences) == [("pmtest_full.3", "[suspend]", -5),
+                                                 ("pmtest_full.3", "driver [suspend]", 1)]

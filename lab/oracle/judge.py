@@ -59,7 +59,7 @@ def transitions(calls):
             groups.append(current)
             current, completed, suspended, prepare_failed = [], False, False, False
         current.append(call)
-        if call.callback == "prepare" and call.ret not in (0, rules.EAGAIN):
+        if call.callback == "prepare" and rules.prepare_failed(call.ret):
             prepare_failed = True
         # Before any device is suspended, a ->complete is a retried
         # ->prepare's, unless a ->prepare failed and the transition ends.
@@ -91,8 +91,8 @@ class _Transition:
         first = next((c for c in self.calls if c.callback == "prepare" or _is_suspend_side(c)), None)
         self.event = first.event if first else None
         self.failed = any(
-            _level_of(c)[0] in ("prepare", "suspend") and c.ret != 0
-            and not (c.callback == "prepare" and c.ret == rules.EAGAIN)
+            rules.prepare_failed(c.ret) if c.callback == "prepare" else
+            (_level_of(c)[0] == "suspend" or c.callback == rules.SYSCORE_SUSPEND) and c.ret != 0
             for c in self.calls)
 
     def flag(self, rule, call, message):
@@ -111,6 +111,10 @@ class _Transition:
         for call in self.calls:
             by_device.setdefault(call.device, []).append(call)
         registered_during = self._registered_during()
+        # how deep the transition went (pm_test stops it early): the deepest
+        # suspend level any device reached
+        self.depth = max((_level_of(c)[1] for c in self.calls
+                          if _level_of(c)[0] == "suspend" and c.ret == 0), default=0)
         for calls in by_device.values():
             self._device(calls, registered_during)
         self._order(parents)
@@ -150,8 +154,8 @@ class _Transition:
     def _expected_callback(self, call):
         """Check a known driver got the callback the rules give it (the
         pmtest log names the driver's callback; the trace, the core's)."""
-        if call.source != "pmtest" or call.driver not in rules.DRIVERS or rules.DRIVERS[call.driver].get("legacy"):
-            return
+        if call.source != "pmtest" or "callbacks" not in rules.DRIVERS.get(call.driver, {}):
+            return  # the trace, not ours, legacy, or syscore_ops
         side, level = _level_of(call)
         if side in ("suspend", "resume") and call.event in rules.CALLBACKS and level:
             core = rules.CALLBACKS[call.event][level - 1]
@@ -167,12 +171,15 @@ class _Transition:
     def _device(self, calls, registered_during):
         prepared = completed = may_prepare_again = False
         retry_child = None  # registered during this device's last ->prepare
+        reprepares = 0      # ->complete + ->prepare for a child, bounded
         reached, resumed, failed_at = [], [], None
         suspend_started = False
         legacy = calls[0].driver == "pmtest_legacy"
         # Every level of the device is in the record: its pmtest log, or the
         # trace of a driver with a callback at every level.
         strict = calls[0].source == "pmtest" or calls[0].driver in rules.EVERY_LEVEL_IN_TRACE
+        driver = rules.DRIVERS.get(calls[0].driver, {})
+        direct_complete = False  # positive ->prepare, and the driver's row takes it
         for call in calls:
             self._expected_callback(call)
             side, level = _level_of(call)
@@ -184,9 +191,10 @@ class _Transition:
                 elif reached or resumed:
                     self.flag("prepare", call, "->prepare after suspend callbacks")
                 may_prepare_again = False
-                if call.ret == 0:
+                if call.ret >= 0:
                     prepared, completed = True, False
                     retry_child = registered_during.get(call.index)
+                    direct_complete = call.ret > 0 and self.event in driver.get("direct_complete", ())
                 elif call.ret != rules.EAGAIN:
                     failed_at = 0
             elif side == "complete":
@@ -197,15 +205,24 @@ class _Transition:
                 if ("retry" in call.tags or retry_child) and not suspend_started:
                     call.tags.add("retry")
                     retry_child, may_prepare_again = None, True
+                    reprepares += 1
+                    if reprepares > rules.PREPARE_CHILD_RETRIES:
+                        self.flag("prepare", call, f"completed for a re-prepare {reprepares} "
+                                  f"times; the bound is {rules.PREPARE_CHILD_RETRIES}")
                     continue
-                if strict and resumed != list(reversed(reached)):
+                if strict and not self._mirrors(driver, reached, resumed):
                     self.flag("mirror", call, f"resume levels {resumed} do not mirror the "
                               f"suspend levels {reached} before ->complete")
+                self._all_levels(call, driver, reached, direct_complete)
+            elif side in ("suspend", "resume") and direct_complete:
+                self.flag("direct-complete", call, f"{call.callback} after a ->prepare that "
+                          f"returned {1} for a runtime-suspended device: the core completes it "
+                          f"directly in a {self.event} transition")
             elif side == "suspend":
                 suspend_started = True
-                if retry_child:
+                if retry_child and reprepares < rules.PREPARE_CHILD_RETRIES:
                     self._child_not_reprepared(call, retry_child)
-                    retry_child = None
+                retry_child = None  # past the bound: taken as prepared
                 if not prepared and not legacy and strict:
                     self.flag("prepare", call, f"{call.callback} without a successful ->prepare")
                 if failed_at is not None:
@@ -238,7 +255,7 @@ class _Transition:
                 elif resumed and level >= resumed[-1]:
                     self.flag("level", call, f"{call.callback} after resume level {resumed[-1]}")
                 resumed.append(level)
-        if retry_child:
+        if retry_child and reprepares < rules.PREPARE_CHILD_RETRIES:
             self._child_not_reprepared(calls[-1], retry_child)
         if prepared and not (self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
             self.flag("complete", calls[-1], f"no ->complete after ->prepare in a {self.event} "
@@ -246,6 +263,31 @@ class _Transition:
         if legacy and reached and resumed != list(reversed(reached)) and not (
                 self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
             self.flag("mirror", calls[-1], f"legacy resume {resumed} does not mirror {reached}")
+
+    def _mirrors(self, driver, reached, resumed):
+        """The resume levels undo the suspend levels, but for the levels a
+        DPM_FLAG_MAY_SKIP_RESUME device may be left in (rules.DRIVERS)."""
+        expected = list(reversed(reached))
+        if resumed == expected:
+            return True
+        undo = {c.event for c in self.calls if _level_of(c)[0] == "resume"}
+        skippable = set()
+        for event in undo:
+            skippable |= set(driver.get("may_skip", {}).get(event, ()))
+        return bool(skippable) and resumed == [level for level in expected if level not in skippable]
+
+    def _all_levels(self, call, driver, reached, direct_complete):
+        """In a transition that went through, a prepared device of a known
+        driver reaches every level it has a callback for, as deep as the
+        transition went, unless the core completed it directly."""
+        if (self.failed or direct_complete or call.source != "pmtest" or "callbacks" not in driver
+                or self.event not in rules.CALLBACKS):
+            return
+        wanted = [level for level in rules.driver_levels(call.driver, self.event)
+                  if level <= self.depth]
+        if reached != wanted:
+            self.flag("missing", call, f"suspend levels {reached} in a {self.event} transition "
+                      f"that went through; the driver has {wanted}")
 
     def _order(self, parents):
         """Parents before children in prepare and resume phases, children

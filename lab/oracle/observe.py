@@ -17,7 +17,19 @@ from lab import trace as trace_mod
 from . import rules
 
 PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy))\.(?P<id>\d{1,20})$")
+PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy|async))\.(?P<id>\d{1,20})$")
+# pmtest devices named by others: the ACPI core names the devices of the
+# lab's SSDT after their _HID; the syscore_ops have a fixed name.
+PMTEST_OTHER_NAMES = ((re.compile(r"^PMTS0001:[0-9a-f]{2}$"), "pmtest_acpi"),
+                      (re.compile(r"^pmtest_syscore$"), "pmtest_syscore"),
+                      (re.compile(r"^pmtest_domain\.\d{1,20}/pd$"), "pmtest_pm_domain"),
+                      (re.compile(r"^pmtest_domain\.\d{1,20}$"), "pmtest_domain"),
+                      (re.compile(r"^pmtest_typed\.\d{1,20}/type$"), "pmtest_type_ops"),
+                      (re.compile(r"^pmtest_typed\.\d{1,20}$"), "pmtest_typed"),
+                      (re.compile(r"^pmtest_class\.\d{1,20}$"), "pmtest_class"),
+                      (re.compile(r"^pmtest_skip_resume\.\d{1,20}$"), "pmtest_skip_resume"),
+                      (re.compile(r"^pmtest_direct\.\d{1,20}$"), "pmtest_direct"),
+                      (re.compile(r"^pmtest_no_direct\.\d{1,20}$"), "pmtest_no_direct"))
 
 # dpm_* phase marker -> (side, level) of the callbacks run inside it
 PHASES = {
@@ -50,6 +62,9 @@ def pmtest_driver(device):
         return match["driver"]
     if PCI_NAME.match(device):
         return "pmtest_edu"
+    for pattern, driver in PMTEST_OTHER_NAMES:
+        if pattern.match(device):
+            return driver
     return None
 
 

@@ -44,6 +44,11 @@ FALLBACK = {
     "recover": "thaw", "recover_early": "thaw_early", "recover_noirq": "thaw_noirq",
 }
 
+# A device that gains a child during ->prepare is completed and prepared
+# again, at most this many times (patch 0006, DPM_PREPARE_CHILD_RETRIES);
+# past it the core takes it as prepared, with a warning.
+PREPARE_CHILD_RETRIES = 3
+
 # ->prepare returning -EAGAIN is retried at once (main.c); it is no failure.
 EAGAIN = -11
 
@@ -53,16 +58,63 @@ SYSTEM_SLEEP_61 = frozenset(
     + CALLBACKS["thaw"] + CALLBACKS["hibernate"] + CALLBACKS["restore"])
 SEED_ADDITIONS = frozenset(CALLBACKS["quiesce"] + CALLBACKS["recover"])
 
-# The pmtest drivers (kernel/modules/pmtest/README.md): what each implements.
-# "legacy" drivers have platform_driver.suspend/.resume and log the event of
-# the pm_message_t they receive.
+# Providers: what stands between the PM core and a driver's dev_pm_ops (a
+# bus, a PM domain, a device type or class).  The core runs the provider's
+# callback for the phase, or the driver's directly where the provider has
+# none; per core callback, the rule says which driver callback the device
+# must end up in.  The seed's rule for every provider: the event is passed on
+# unchanged (PASS_ON), the driver's fallback (FALLBACK) applying as for the
+# bus.  An entry naming another callback would be a provider that
+# deliberately maps events (none in the seed); the lab's evidence that
+# acpi_general_pm_domain gives ->freeze for quiesce is a violation of this
+# table, not an entry in it.
+LEVELED = frozenset(CALLBACK_LEVEL)
+PASS_ON = {callback: callback for callback in LEVELED}
+PROVIDERS = {
+    "pm_core": PASS_ON,                    # the core calling a provider's own ops
+    "bus": PASS_ON,                        # platform_bus_type, pci_bus_type
+    "acpi_general_pm_domain": PASS_ON,     # drivers/acpi/device_pm.c
+    "pmtest_pm_domain": PASS_ON,           # kernel/modules/pmtest/pmtest_domain.c
+    "pmtest_type": PASS_ON,                # pmtest_typeclass.c, a device_type's ->pm
+}
+
+# The pmtest drivers (kernel/modules/pmtest/README.md): what each implements
+# and which provider the core reaches it through.  "legacy" drivers have
+# platform_driver.suspend/.resume and log the event of the pm_message_t they
+# receive.
 DRIVERS = {
-    "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS},
-    "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61},
+    "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
+    "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61, "provider": "bus"},
     "pmtest_edu": {"callbacks": frozenset((
         "prepare", "complete", "suspend", "resume", "freeze", "thaw",
-        "poweroff", "restore", "quiesce", "recover"))},
+        "poweroff", "restore", "quiesce", "recover")), "provider": "bus"},
     "pmtest_legacy": {"legacy": True},
+    # pmtest_full's callbacks, every device async (device_enable_async_suspend)
+    "pmtest_async": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
+    "pmtest_acpi": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
+                    "provider": "acpi_general_pm_domain"},
+    "pmtest_syscore": {"syscore": True},
+    # a PM domain of pmtest's own, logging its callbacks as "<device>/pd", and
+    # the driver of the devices in it
+    "pmtest_pm_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    "pmtest_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
+                      "provider": "pmtest_pm_domain"},
+    # type->pm, logging as "<device>/type", and the driver behind it; a
+    # class->pm of devices without a driver (pmtest_typeclass.c)
+    "pmtest_type_ops": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    "pmtest_typed": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pmtest_type"},
+    "pmtest_class": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    # DPM flags (pmtest_flags.c).  "may_skip": per resume-side event, the
+    # levels the core may leave out for a DPM_FLAG_MAY_SKIP_RESUME device
+    # that nobody needs resumed (main.c dev_pm_skip_resume(): only after a
+    # suspend; a thaw, restore or recover must resume what was frozen).
+    # "direct_complete": the events in which a runtime-suspended device whose
+    # ->prepare returned a positive number gets nothing but ->complete.
+    "pmtest_skip_resume": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus",
+                           "may_skip": {"resume": (2, 3)}},
+    "pmtest_direct": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus",
+                      "direct_complete": ("suspend",)},
+    "pmtest_no_direct": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
 }
 
 # Drivers whose own dev_pm_ops has a callback at every level, so the trace
@@ -71,21 +123,41 @@ DRIVERS = {
 # pmtest log. The trace names the core's callback, not the driver's.
 EVERY_LEVEL_IN_TRACE = frozenset(("pmtest_full", "pmtest_compat"))
 
+# syscore_ops: not devices.  A failing syscore_suspend() fails the transition
+# after every device was suspended (hibernation: image creation fails), so
+# the devices must be undone as after any failure.
+SYSCORE_SUSPEND = "syscore_suspend"
+SYSCORE_RESUME = "syscore_resume"
+
 # Cross-device order within one phase (the parent/child rules): True means a
 # parent's callback runs before its children's.
 PARENT_FIRST = {"prepare": True, "suspend": False, "resume": True, "complete": False}
 
 
 def driver_callback(driver, callback):
-    """The callback a driver actually gets when the core runs `callback`:
-    itself, its fallback, or None when the driver has neither."""
+    """The callback a driver must get when the core runs `callback`: what its
+    provider passes on (PROVIDERS), or that one's fallback, or None when the
+    driver has neither."""
     implemented = DRIVERS[driver]["callbacks"]
-    if callback in implemented:
-        return callback
-    fallback = FALLBACK.get(callback)
+    given = PROVIDERS[DRIVERS[driver]["provider"]].get(callback, callback)
+    if given in implemented:
+        return given
+    fallback = FALLBACK.get(given)
     if fallback in implemented:
         return fallback
     return None
+
+
+def driver_levels(driver, event):
+    """The levels (1..3) at which `driver` has a callback for `event`."""
+    return [level for level, callback in enumerate(CALLBACKS[event], start=1)
+            if driver_callback(driver, callback)]
+
+
+def prepare_failed(ret):
+    """->prepare failed: a negative return but -EAGAIN (retried).  A positive
+    one asks for direct_complete."""
+    return ret < 0 and ret != EAGAIN
 
 
 def side_of(callback, event):

@@ -11,10 +11,17 @@
  *   pmtest_platform.c the pmtest_full, pmtest_compat and pmtest_legacy
  *                     platform drivers and their device trees
  *   pmtest_edu.c      PCI driver for QEMU's edu device
+ *   pmtest_acpi.c     ACPI-enumerated platform driver (acpi_general_pm_domain)
+ *   pmtest_syscore.c  syscore_ops, so image creation can fail after the
+ *                     devices are frozen
+ *   pmtest_domain.c   devices under a struct dev_pm_domain of pmtest's own
+ *   pmtest_flags.c    devices with DPM flags and runtime PM state
+ *   pmtest_typeclass.c devices reached through type->pm and class->pm
  */
 #ifndef _PMTEST_H
 #define _PMTEST_H
 
+#include <linux/bits.h>
 #include <linux/device.h>
 #include <linux/types.h>
 
@@ -32,8 +39,10 @@ struct dentry;
  * All dev_pm_ops system-sleep callbacks, including the ones the project's
  * patch series adds (quiesce*, recover*).  Legacy platform drivers log their
  * ->suspend() and ->resume() as PMTEST_CB_SUSPEND and PMTEST_CB_RESUME.
- * PMTEST_CB_REGISTER is not a PM callback: it marks the registration of a
- * child device by the "child" knob and cannot be named in a knob.
+ * PMTEST_CB_SYSCORE_SUSPEND and PMTEST_CB_SYSCORE_RESUME are the syscore_ops
+ * callbacks of pmtest_syscore.c.  PMTEST_CB_REGISTER is not a PM callback: it
+ * marks the registration of a child device by the "child" knob and cannot be
+ * named in a knob.
  */
 enum pmtest_cb {
 	PMTEST_CB_PREPARE,
@@ -62,9 +71,24 @@ enum pmtest_cb {
 	PMTEST_CB_RECOVER,
 	PMTEST_CB_RECOVER_EARLY,
 	PMTEST_CB_RECOVER_NOIRQ,
+	PMTEST_CB_SYSCORE_SUSPEND,
+	PMTEST_CB_SYSCORE_RESUME,
 	PMTEST_CB_REGISTER,
 	PMTEST_NR_CB,
 };
+
+/* A set of callbacks, one bit per enum pmtest_cb. */
+#define PMTEST_CB_BIT(cb)	BIT_ULL(cb)
+/* Every dev_pm_ops system-sleep callback (prepare ... recover_noirq). */
+#define PMTEST_CBS_DEV_PM	(PMTEST_CB_BIT(PMTEST_CB_SYSCORE_SUSPEND) - 1)
+
+/* Knobs a device may be named in, one bit per enum pmtest_knob_type. */
+#define PMTEST_KNOBS_FAULT	BIT(0)
+#define PMTEST_KNOBS_DELAY	BIT(1)
+#define PMTEST_KNOBS_CHILD	BIT(2)
+#define PMTEST_KNOBS_PANIC	BIT(3)
+#define PMTEST_KNOBS_DEVICE	(PMTEST_KNOBS_FAULT | PMTEST_KNOBS_DELAY | \
+				 PMTEST_KNOBS_PANIC)
 
 /* pmtest_cb.c */
 const char *pmtest_cb_name(enum pmtest_cb cb);
@@ -74,9 +98,12 @@ const char *pmtest_event_name(int event);
 int pmtest_event_current(enum pmtest_cb cb);
 int pmtest_event_init(void);
 void pmtest_event_exit(void);
+int pmtest_knobs_apply(const char *name, struct device *dev,
+		       enum pmtest_cb cb, int event);
 int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event);
 void pmtest_cb_end(struct device *dev, enum pmtest_cb cb, int event, int ret);
 int pmtest_cb_run(struct device *dev, enum pmtest_cb cb);
+u64 pmtest_pm_ops_cbs(const struct dev_pm_ops *ops);
 
 /* pmtest_log.c */
 extern bool pmtest_log_console;
@@ -87,14 +114,19 @@ void pmtest_log(const char *dev, enum pmtest_cb cb, int event, int ret);
 /* pmtest_knobs.c */
 int pmtest_knobs_init(struct dentry *root, const char *fault,
 		      const char *delay, const char *child);
-unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb);
-bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb);
-bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb);
-int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb);
+unsigned int pmtest_knob_delay(const char *name, enum pmtest_cb cb);
+bool pmtest_knob_child(const char *name, enum pmtest_cb cb);
+bool pmtest_knob_panic(const char *name, enum pmtest_cb cb);
+int pmtest_knob_fault(const char *name, enum pmtest_cb cb);
+int pmtest_target_add(const char *name, struct device *dev,
+		      unsigned int knobs, u64 cbs);
 int pmtest_dev_add(struct device *dev, bool can_parent);
+void pmtest_target_del(const char *name);
 void pmtest_dev_del(struct device *dev);
 
 /* pmtest_platform.c */
+extern const struct dev_pm_ops pmtest_full_pm_ops;
+extern const struct dev_pm_ops pmtest_flags_pm_ops;
 int pmtest_platform_init(unsigned int depth, unsigned int fanout);
 void pmtest_platform_exit(void);
 void pmtest_platform_add_child(struct device *parent, enum pmtest_cb cb,
@@ -103,5 +135,31 @@ void pmtest_platform_add_child(struct device *parent, enum pmtest_cb cb,
 /* pmtest_edu.c */
 int pmtest_edu_init(struct dentry *root, bool quiesce);
 void pmtest_edu_exit(void);
+
+/* pmtest_acpi.c */
+#ifdef CONFIG_ACPI
+int pmtest_acpi_init(void);
+void pmtest_acpi_exit(void);
+#else
+static inline int pmtest_acpi_init(void) { return 0; }
+static inline void pmtest_acpi_exit(void) { }
+#endif
+
+/* pmtest_domain.c */
+int pmtest_domain_init(void);
+void pmtest_domain_exit(void);
+
+/* pmtest_flags.c */
+int pmtest_flags_prepare(struct device *dev);
+int pmtest_flags_init(void);
+void pmtest_flags_exit(void);
+
+/* pmtest_typeclass.c */
+int pmtest_typeclass_init(void);
+void pmtest_typeclass_exit(void);
+
+/* pmtest_syscore.c */
+int pmtest_syscore_init(void);
+void pmtest_syscore_exit(void);
 
 #endif /* _PMTEST_H */

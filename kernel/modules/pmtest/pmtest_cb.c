@@ -76,6 +76,10 @@ static const struct pmtest_cb_info pmtest_cbs[PMTEST_NR_CB] = {
 				      PMTEST_CB_ATOMIC },
 	[PMTEST_CB_RECOVER_NOIRQ] = { "recover_noirq", PM_EVENT_RECOVER,
 				      PMTEST_CB_ATOMIC },
+	[PMTEST_CB_SYSCORE_SUSPEND] = { "syscore_suspend", PMTEST_EVENT_NONE,
+					PMTEST_CB_ATOMIC },
+	[PMTEST_CB_SYSCORE_RESUME] = { "syscore_resume", PMTEST_EVENT_NONE,
+				       PMTEST_CB_ATOMIC },
 	[PMTEST_CB_REGISTER] = { "register", PMTEST_EVENT_NONE, 0 },
 };
 
@@ -219,8 +223,10 @@ void pmtest_event_exit(void)
 }
 
 /**
- * pmtest_cb_begin - Apply the knobs at the start of a callback.
- * @dev: Device whose callback runs.
+ * pmtest_knobs_apply - Apply the knobs at the start of a callback.
+ * @name: Target whose callback runs: a device name, or the name a PM domain
+ *	  of pmtest's logs its own callbacks under.
+ * @dev: Device that may get a child from a "child" knob, or NULL.
  * @cb: Callback.
  * @event: PM event of the callback.
  *
@@ -231,15 +237,15 @@ void pmtest_event_exit(void)
  *
  * Return: the error to inject, or 0.
  */
-int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
+int pmtest_knobs_apply(const char *name, struct device *dev,
+		       enum pmtest_cb cb, int event)
 {
 	unsigned int ms;
 
-	if (pmtest_knob_panic(dev, cb))
-		panic("pmtest: panic knob: %s %s\n", dev_name(dev),
-		      pmtest_cb_name(cb));
+	if (pmtest_knob_panic(name, cb))
+		panic("pmtest: panic knob: %s %s\n", name, pmtest_cb_name(cb));
 
-	ms = pmtest_knob_delay(dev, cb);
+	ms = pmtest_knob_delay(name, cb);
 	if (ms) {
 		if (pmtest_cb_atomic(cb))
 			mdelay(ms);
@@ -247,10 +253,23 @@ int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
 			msleep(ms);
 	}
 
-	if (pmtest_knob_child(dev, cb))
+	if (dev && pmtest_knob_child(name, cb))
 		pmtest_platform_add_child(dev, cb, event);
 
-	return pmtest_knob_fault(dev, cb);
+	return pmtest_knob_fault(name, cb);
+}
+
+/**
+ * pmtest_cb_begin - Apply the knobs at the start of a device's callback.
+ * @dev: Device whose callback runs.
+ * @cb: Callback.
+ * @event: PM event of the callback.
+ *
+ * Return: the error to inject, or 0.
+ */
+int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event)
+{
+	return pmtest_knobs_apply(dev_name(dev), dev, cb, event);
 }
 
 /**
@@ -281,4 +300,58 @@ int pmtest_cb_run(struct device *dev, enum pmtest_cb cb)
 	pmtest_cb_end(dev, cb, event, ret);
 
 	return ret;
+}
+
+/**
+ * pmtest_pm_ops_cbs - The callbacks a set of dev_pm_ops implements.
+ * @ops: Operations of a driver or a PM domain.
+ *
+ * Knobs may name only these for a device whose driver has @ops.
+ *
+ * Return: a set of PMTEST_CB_BIT()s.
+ */
+u64 pmtest_pm_ops_cbs(const struct dev_pm_ops *ops)
+{
+	const struct {
+		enum pmtest_cb cb;
+		bool set;
+	} map[] = {
+		{ PMTEST_CB_PREPARE, ops->prepare },
+		{ PMTEST_CB_COMPLETE, ops->complete },
+		{ PMTEST_CB_SUSPEND, ops->suspend },
+		{ PMTEST_CB_SUSPEND_LATE, ops->suspend_late },
+		{ PMTEST_CB_SUSPEND_NOIRQ, ops->suspend_noirq },
+		{ PMTEST_CB_RESUME_NOIRQ, ops->resume_noirq },
+		{ PMTEST_CB_RESUME_EARLY, ops->resume_early },
+		{ PMTEST_CB_RESUME, ops->resume },
+		{ PMTEST_CB_FREEZE, ops->freeze },
+		{ PMTEST_CB_FREEZE_LATE, ops->freeze_late },
+		{ PMTEST_CB_FREEZE_NOIRQ, ops->freeze_noirq },
+		{ PMTEST_CB_THAW_NOIRQ, ops->thaw_noirq },
+		{ PMTEST_CB_THAW_EARLY, ops->thaw_early },
+		{ PMTEST_CB_THAW, ops->thaw },
+		{ PMTEST_CB_POWEROFF, ops->poweroff },
+		{ PMTEST_CB_POWEROFF_LATE, ops->poweroff_late },
+		{ PMTEST_CB_POWEROFF_NOIRQ, ops->poweroff_noirq },
+		{ PMTEST_CB_RESTORE_NOIRQ, ops->restore_noirq },
+		{ PMTEST_CB_RESTORE_EARLY, ops->restore_early },
+		{ PMTEST_CB_RESTORE, ops->restore },
+#ifdef PM_OPS_HAS_QUIESCE
+		{ PMTEST_CB_QUIESCE, ops->quiesce },
+		{ PMTEST_CB_QUIESCE_LATE, ops->quiesce_late },
+		{ PMTEST_CB_QUIESCE_NOIRQ, ops->quiesce_noirq },
+		{ PMTEST_CB_RECOVER, ops->recover },
+		{ PMTEST_CB_RECOVER_EARLY, ops->recover_early },
+		{ PMTEST_CB_RECOVER_NOIRQ, ops->recover_noirq },
+#endif
+	};
+	u64 cbs = 0;
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(map); i++) {
+		if (map[i].set)
+			cbs |= PMTEST_CB_BIT(map[i].cb);
+	}
+
+	return cbs;
 }

@@ -9,8 +9,9 @@
  *
  *   fault  <dev|*> <callback> <errno> <count>   return -errno for count calls
  *   delay  <dev|*> <callback> <ms>              wait ms in every call (0: off)
- *   child  <dev> <prepare|suspend>              register a child device in
- *                                               the next such call
+ *   child  <dev> <prepare|suspend> [count]      register a child device in
+ *                                               each of the next count (1)
+ *                                               such calls
  *   panic  <dev|*> <callback>                   panic() in the next such call
  *
  * Writing "clear" to a file removes all of its knobs; reading it lists them
@@ -47,6 +48,8 @@
 #define PMTEST_KNOB_BUF		128
 /* Most fields in a knob. */
 #define PMTEST_KNOB_FIELDS	4
+/* Most children one child knob registers (past the re-prepare bound). */
+#define PMTEST_CHILD_MAX	16
 
 enum pmtest_knob_type {
 	PMTEST_KNOB_FAULT,
@@ -61,7 +64,8 @@ enum pmtest_knob_type {
  * @dev: Device name, or "*" for every pmtest device.
  * @cb: Callback (enum pmtest_cb).
  * @val: Fault: negative errno.  Delay: milliseconds.
- * @count: Fault: calls left to fail.
+ * @count: Fault: calls left to fail.  Child: calls left to register a
+ *	   child in.
  */
 struct pmtest_knob {
 	char dev[PMTEST_NAME_LEN];
@@ -74,12 +78,14 @@ struct pmtest_knob {
  * struct pmtest_knob_table - The knobs of one kind.
  * @name: debugfs file and module parameter name.
  * @nfields: Fields of a knob of this kind.
+ * @optional: How many of the last fields may be left out.
  * @n: Knobs in use.
  * @e: Knobs, in the order they were first set.
  */
 struct pmtest_knob_table {
 	const char *name;
 	unsigned int nfields;
+	unsigned int optional;
 	unsigned int n;
 	struct pmtest_knob e[PMTEST_KNOB_MAX];
 };
@@ -88,94 +94,132 @@ static DEFINE_SPINLOCK(pmtest_knob_lock);
 static struct pmtest_knob_table pmtest_knobs[PMTEST_NR_KNOB] = {
 	[PMTEST_KNOB_FAULT] = { .name = "fault", .nfields = 4 },
 	[PMTEST_KNOB_DELAY] = { .name = "delay", .nfields = 3 },
-	[PMTEST_KNOB_CHILD] = { .name = "child", .nfields = 2 },
+	[PMTEST_KNOB_CHILD] = { .name = "child", .nfields = 3, .optional = 1 },
 	[PMTEST_KNOB_PANIC] = { .name = "panic", .nfields = 2 },
 };
 
 /**
- * struct pmtest_devnode - A bound pmtest device that knobs may name.
- * @node: Entry in pmtest_devs.
- * @dev: The device.
- * @can_parent: The "child" knob may register children under it.
+ * struct pmtest_target - Something knobs may name: a bound pmtest device, or
+ * pmtest's syscore_ops.
+ * @node: Entry in pmtest_targets.
+ * @name: Name knobs use (the device name for a device).
+ * @dev: The device, or NULL.
+ * @knobs: PMTEST_KNOBS_* bits: the kinds of knob that may name it.
+ * @cbs: PMTEST_CB_BIT()s: the callbacks it has.
  */
-struct pmtest_devnode {
+struct pmtest_target {
 	struct list_head node;
+	const char *name;
 	struct device *dev;
-	bool can_parent;
+	unsigned int knobs;
+	u64 cbs;
 };
 
-static LIST_HEAD(pmtest_devs);
-static DEFINE_MUTEX(pmtest_devs_lock);
+static LIST_HEAD(pmtest_targets);
+static DEFINE_MUTEX(pmtest_targets_lock);
 
 /**
- * pmtest_dev_add - Let knobs name a device.
- * @dev: Device, bound to a pmtest driver.
- * @can_parent: The "child" knob may register children under @dev.
+ * pmtest_target_add - Let knobs name a device or pmtest's syscore_ops.
+ * @name: Name knobs use; must stay valid until pmtest_target_del().
+ * @dev: The device, or NULL.
+ * @knobs: PMTEST_KNOBS_* bits: the kinds of knob that may name it.
+ * @cbs: PMTEST_CB_BIT()s: the callbacks it has.  A knob naming another
+ *	 callback for it is refused with -EINVAL.
  */
-int pmtest_dev_add(struct device *dev, bool can_parent)
+int pmtest_target_add(const char *name, struct device *dev,
+		      unsigned int knobs, u64 cbs)
 {
-	struct pmtest_devnode *dn;
+	struct pmtest_target *tg;
 
-	dn = kzalloc(sizeof(*dn), GFP_KERNEL);
-	if (!dn)
+	tg = kzalloc(sizeof(*tg), GFP_KERNEL);
+	if (!tg)
 		return -ENOMEM;
 
-	dn->dev = dev;
-	dn->can_parent = can_parent;
+	tg->name = name;
+	tg->dev = dev;
+	tg->knobs = knobs;
+	tg->cbs = cbs;
 
-	mutex_lock(&pmtest_devs_lock);
-	list_add_tail(&dn->node, &pmtest_devs);
-	mutex_unlock(&pmtest_devs_lock);
+	mutex_lock(&pmtest_targets_lock);
+	list_add_tail(&tg->node, &pmtest_targets);
+	mutex_unlock(&pmtest_targets_lock);
 
 	return 0;
 }
 
 /**
- * pmtest_dev_del - Forget a device added with pmtest_dev_add().
+ * pmtest_dev_add - Let knobs name a device of the platform trees or edu.
+ * @dev: Device, bound to a pmtest driver.
+ * @can_parent: The "child" knob may register children under @dev.
+ *
+ * Every dev_pm_ops callback may be named, including the ones the driver
+ * lacks (quiesce* on pmtest_compat, say): those knobs never fire.
+ */
+int pmtest_dev_add(struct device *dev, bool can_parent)
+{
+	return pmtest_target_add(dev_name(dev), dev, PMTEST_KNOBS_DEVICE |
+				 (can_parent ? PMTEST_KNOBS_CHILD : 0),
+				 PMTEST_CBS_DEV_PM);
+}
+
+/**
+ * pmtest_target_del - Forget a target added with pmtest_target_add().
+ * @name: Its name.
+ */
+void pmtest_target_del(const char *name)
+{
+	struct pmtest_target *tg, *tmp;
+
+	mutex_lock(&pmtest_targets_lock);
+	list_for_each_entry_safe(tg, tmp, &pmtest_targets, node) {
+		if (!strcmp(tg->name, name)) {
+			list_del(&tg->node);
+			kfree(tg);
+			break;
+		}
+	}
+	mutex_unlock(&pmtest_targets_lock);
+}
+
+/**
+ * pmtest_dev_del - Forget a device added with pmtest_dev_add() or
+ * pmtest_target_add().
  * @dev: Device.
  */
 void pmtest_dev_del(struct device *dev)
 {
-	struct pmtest_devnode *dn, *tmp;
-
-	mutex_lock(&pmtest_devs_lock);
-	list_for_each_entry_safe(dn, tmp, &pmtest_devs, node) {
-		if (dn->dev == dev) {
-			list_del(&dn->node);
-			kfree(dn);
-			break;
-		}
-	}
-	mutex_unlock(&pmtest_devs_lock);
+	pmtest_target_del(dev_name(dev));
 }
 
 /*
- * 0 if @name is a device a knob may name (for the child knob: one that may
- * be a parent), -ENODEV if there is no such pmtest device, -EINVAL if it
- * exists but cannot be a parent.
+ * 0 if a knob of kind @type may name @name for @cb; -ENODEV if there is no
+ * such target; -EINVAL if there is one, but this kind of knob may not name
+ * it (a child knob on a device that cannot be a parent, any knob but fault
+ * on the syscore_ops) or it has no callback @cb.
  */
-static int pmtest_dev_check(const char *name, bool parent)
+static int pmtest_target_check(const char *name, unsigned int type,
+			       enum pmtest_cb cb)
 {
-	struct pmtest_devnode *dn;
+	struct pmtest_target *tg;
 	int ret = -ENODEV;
 
-	mutex_lock(&pmtest_devs_lock);
-	list_for_each_entry(dn, &pmtest_devs, node) {
-		if (!strcmp(dev_name(dn->dev), name)) {
-			ret = !parent || dn->can_parent ? 0 : -EINVAL;
+	mutex_lock(&pmtest_targets_lock);
+	list_for_each_entry(tg, &pmtest_targets, node) {
+		if (!strcmp(tg->name, name)) {
+			ret = (tg->knobs & BIT(type)) &&
+			      (tg->cbs & PMTEST_CB_BIT(cb)) ? 0 : -EINVAL;
 			break;
 		}
 	}
-	mutex_unlock(&pmtest_devs_lock);
+	mutex_unlock(&pmtest_targets_lock);
 
 	return ret;
 }
 
 /* Index of the first knob in @t for @dev and @cb, or -1.  Lock held. */
-static int pmtest_knob_find(struct pmtest_knob_table *t, struct device *dev,
+static int pmtest_knob_find(struct pmtest_knob_table *t, const char *name,
 			    enum pmtest_cb cb)
 {
-	const char *name = dev_name(dev);
 	unsigned int i;
 
 	for (i = 0; i < t->n; i++) {
@@ -196,12 +240,13 @@ static void pmtest_knob_remove(struct pmtest_knob_table *t, unsigned int i)
 
 /**
  * pmtest_knob_delay - Delay set for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs (device name, or a pmtest_target_add()
+ *	  name).
  * @cb: Callback.
  *
  * Return: milliseconds to wait, 0 for none.
  */
-unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
+unsigned int pmtest_knob_delay(const char *name, enum pmtest_cb cb)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[PMTEST_KNOB_DELAY];
 	unsigned int ms = 0;
@@ -209,7 +254,7 @@ unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
 	int i;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev, cb);
+	i = pmtest_knob_find(t, name, cb);
 	if (i >= 0)
 		ms = t->e[i].val;
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -217,8 +262,11 @@ unsigned int pmtest_knob_delay(struct device *dev, enum pmtest_cb cb)
 	return ms;
 }
 
-/* Consume a one-shot knob of kind @type for @dev and @cb, if there is one. */
-static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
+/*
+ * Consume one call of a knob of kind @type for @name and @cb, if there is
+ * one (panic knobs have one, child knobs their count).
+ */
+static bool pmtest_knob_take(enum pmtest_knob_type type, const char *name,
 			     enum pmtest_cb cb)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[type];
@@ -226,8 +274,8 @@ static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
 	int i;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev, cb);
-	if (i >= 0)
+	i = pmtest_knob_find(t, name, cb);
+	if (i >= 0 && --t->e[i].count <= 0)
 		pmtest_knob_remove(t, i);
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
 
@@ -236,43 +284,43 @@ static bool pmtest_knob_take(enum pmtest_knob_type type, struct device *dev,
 
 /**
  * pmtest_knob_child - Consume a "child" knob for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs.
  * @cb: Callback.
  *
  * Return: true if the callback must register a child device under @dev.
  */
-bool pmtest_knob_child(struct device *dev, enum pmtest_cb cb)
+bool pmtest_knob_child(const char *name, enum pmtest_cb cb)
 {
-	return pmtest_knob_take(PMTEST_KNOB_CHILD, dev, cb);
+	return pmtest_knob_take(PMTEST_KNOB_CHILD, name, cb);
 }
 
 /**
  * pmtest_knob_panic - Consume a "panic" knob for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs.
  * @cb: Callback.
  *
  * Return: true if the callback must panic the kernel.
  */
-bool pmtest_knob_panic(struct device *dev, enum pmtest_cb cb)
+bool pmtest_knob_panic(const char *name, enum pmtest_cb cb)
 {
-	return pmtest_knob_take(PMTEST_KNOB_PANIC, dev, cb);
+	return pmtest_knob_take(PMTEST_KNOB_PANIC, name, cb);
 }
 
 /**
  * pmtest_knob_fault - Consume one call of a "fault" knob for a callback.
- * @dev: Device whose callback runs.
+ * @name: Target whose callback runs.
  * @cb: Callback.
  *
  * Return: the negative errno the callback must return, or 0.
  */
-int pmtest_knob_fault(struct device *dev, enum pmtest_cb cb)
+int pmtest_knob_fault(const char *name, enum pmtest_cb cb)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[PMTEST_KNOB_FAULT];
 	unsigned long flags;
 	int i, ret = 0;
 
 	spin_lock_irqsave(&pmtest_knob_lock, flags);
-	i = pmtest_knob_find(t, dev, cb);
+	i = pmtest_knob_find(t, name, cb);
 	if (i >= 0) {
 		ret = t->e[i].val;
 		if (--t->e[i].count <= 0)
@@ -322,10 +370,11 @@ static void pmtest_knob_clear(struct pmtest_knob_table *t)
 }
 
 /*
- * Check the fields @f of a knob of kind @type (t->nfields of them, none
- * empty) and set it.
+ * Check the @nf fields @f of a knob of kind @type (t->nfields of them, or
+ * fewer by at most t->optional; none empty) and set it.
  */
-static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
+static int pmtest_knob_set(enum pmtest_knob_type type, char **f,
+			   unsigned int nf)
 {
 	struct pmtest_knob_table *t = &pmtest_knobs[type];
 	struct pmtest_knob k = {};
@@ -343,7 +392,8 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 
 	switch (type) {
 	case PMTEST_KNOB_FAULT:
-		if (cb == PMTEST_CB_COMPLETE)	/* returns void */
+		/* these return void */
+		if (cb == PMTEST_CB_COMPLETE || cb == PMTEST_CB_SYSCORE_RESUME)
 			return -EINVAL;
 		if (kstrtoint(f[2], 0, &k.val) ||
 		    k.val == 0 || k.val < -MAX_ERRNO || k.val > MAX_ERRNO)
@@ -363,6 +413,10 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 			return -EINVAL;
 		if (!strcmp(k.dev, "*"))
 			return -EINVAL;
+		k.count = 1;
+		if (nf > 2 && (kstrtoint(f[2], 0, &k.count) || k.count < 1 ||
+			       k.count > PMTEST_CHILD_MAX))
+			return -EINVAL;
 		break;
 	case PMTEST_KNOB_PANIC:
 		break;
@@ -371,7 +425,7 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 	}
 
 	if (strcmp(k.dev, "*")) {
-		ret = pmtest_dev_check(k.dev, type == PMTEST_KNOB_CHILD);
+		ret = pmtest_target_check(k.dev, type, cb);
 		if (ret)
 			return ret;
 	}
@@ -379,8 +433,12 @@ static int pmtest_knob_set(enum pmtest_knob_type type, char **f)
 	return pmtest_knob_store(t, &k, remove);
 }
 
-/* Split @s at blanks into exactly @nf fields. */
-static int pmtest_split_blanks(char *s, char **f, unsigned int nf)
+/*
+ * Split @s at blanks into @nf fields, or fewer by at most @optional.
+ * Return: the number of fields, or -EINVAL.
+ */
+static int pmtest_split_blanks(char *s, char **f, unsigned int nf,
+			       unsigned int optional)
 {
 	unsigned int n = 0;
 	char *tok;
@@ -393,7 +451,23 @@ static int pmtest_split_blanks(char *s, char **f, unsigned int nf)
 		f[n++] = tok;
 	}
 
-	return n == nf ? 0 : -EINVAL;
+	return n + optional >= nf ? n : -EINVAL;
+}
+
+/*
+ * Fields of a parameter record of a kind with an optional last field: all
+ * of them if the last one is a number (a count), else one fewer.
+ */
+static unsigned int pmtest_param_fields(const char *rec,
+					const struct pmtest_knob_table *t)
+{
+	const char *c = strrchr(rec, ':');
+
+	if (!t->optional || (c && c[1] && strspn(c + 1, "0123456789") ==
+			     strlen(c + 1)))
+		return t->nfields;
+
+	return t->nfields - t->optional;
 }
 
 /*
@@ -431,6 +505,7 @@ static int pmtest_knob_param(enum pmtest_knob_type type, const char *param)
 {
 	char *f[PMTEST_KNOB_FIELDS];
 	char *buf, *s, *rec;
+	unsigned int nf;
 	size_t len;
 	int ret = 0;
 
@@ -447,9 +522,10 @@ static int pmtest_knob_param(enum pmtest_knob_type type, const char *param)
 		len = strlen(rec);
 		if (!len)
 			continue;
-		ret = pmtest_split_colons(rec, f, pmtest_knobs[type].nfields);
+		nf = pmtest_param_fields(rec, &pmtest_knobs[type]);
+		ret = pmtest_split_colons(rec, f, nf);
 		if (!ret)
-			ret = pmtest_knob_set(type, f);
+			ret = pmtest_knob_set(type, f, nf);
 		if (ret) {
 			/* Fields are split in place: quote the parameter. */
 			pr_err("%s=: bad record \"%.*s\": %d\n",
@@ -479,6 +555,8 @@ static int pmtest_knob_show(struct seq_file *m, void *v)
 			seq_printf(m, " %d %d", k->val, k->count);
 		else if (type == PMTEST_KNOB_DELAY)
 			seq_printf(m, " %d", k->val);
+		else if (type == PMTEST_KNOB_CHILD)
+			seq_printf(m, " %d", k->count);
 		seq_putc(m, '\n');
 	}
 	spin_unlock_irqrestore(&pmtest_knob_lock, flags);
@@ -513,9 +591,9 @@ static ssize_t pmtest_knob_write(struct file *file, const char __user *ubuf,
 		return count;
 	}
 
-	ret = pmtest_split_blanks(s, f, t->nfields);
-	if (!ret)
-		ret = pmtest_knob_set(type, f);
+	ret = pmtest_split_blanks(s, f, t->nfields, t->optional);
+	if (ret >= 0)
+		ret = pmtest_knob_set(type, f, ret);
 
 	return ret ? ret : count;
 }

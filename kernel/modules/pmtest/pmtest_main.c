@@ -3,10 +3,14 @@
  * pmtest_main.c - System-sleep test module: parameters, init and exit.
  *
  * pmtest.ko registers three platform drivers with trees of test devices
- * (pmtest_platform.c) and a PCI driver for QEMU's edu device
- * (pmtest_edu.c), logs every PM callback they get (pmtest_log.c) and lets
- * tests delay callbacks, make them fail and register children from them
- * (pmtest_knobs.c).  See README.md.
+ * (pmtest_platform.c), a PCI driver for QEMU's edu device (pmtest_edu.c),
+ * a driver for the ACPI devices of the lab's SSDT (pmtest_acpi.c), devices
+ * in a PM domain of its own (pmtest_domain.c), devices with DPM flags
+ * (pmtest_flags.c), devices with type and class PM (pmtest_typeclass.c)
+ * and syscore_ops (pmtest_syscore.c), logs every PM
+ * callback they get (pmtest_log.c) and lets tests delay callbacks, make
+ * them fail and register children from them (pmtest_knobs.c).  See
+ * README.md.
  *
  * The knob parameters are applied at init, before any system transition, so
  * "pmtest.fault=..." on the command line of a kernel with pmtest built in,
@@ -72,13 +76,43 @@ static int __init pmtest_init(void)
 	if (ret)
 		goto err_platform;
 
-	ret = pmtest_knobs_init(pmtest_debugfs, fault_param, delay_param,
-				child_param);
+	ret = pmtest_acpi_init();
 	if (ret)
 		goto err_edu;
 
+	ret = pmtest_domain_init();
+	if (ret)
+		goto err_acpi;
+
+	ret = pmtest_flags_init();
+	if (ret)
+		goto err_domain;
+
+	ret = pmtest_typeclass_init();
+	if (ret)
+		goto err_flags;
+
+	ret = pmtest_syscore_init();
+	if (ret)
+		goto err_typeclass;
+
+	ret = pmtest_knobs_init(pmtest_debugfs, fault_param, delay_param,
+				child_param);
+	if (ret)
+		goto err_syscore;
+
 	return 0;
 
+err_syscore:
+	pmtest_syscore_exit();
+err_typeclass:
+	pmtest_typeclass_exit();
+err_flags:
+	pmtest_flags_exit();
+err_domain:
+	pmtest_domain_exit();
+err_acpi:
+	pmtest_acpi_exit();
 err_edu:
 	pmtest_edu_exit();
 err_platform:
@@ -100,6 +134,11 @@ module_init(pmtest_init);
 static void __exit pmtest_exit(void)
 {
 	debugfs_remove_recursive(pmtest_debugfs);
+	pmtest_syscore_exit();
+	pmtest_typeclass_exit();
+	pmtest_flags_exit();
+	pmtest_domain_exit();
+	pmtest_acpi_exit();
 	pmtest_edu_exit();
 	pmtest_platform_exit();
 	pmtest_event_exit();

@@ -11,6 +11,10 @@
  *   pmtest_compat  only the callbacks Linux 6.1 has
  *   pmtest_legacy  platform_driver.suspend/.resume, logging the
  *                  pm_message_t event ->suspend() receives
+ *   pmtest_async   pmtest_full's callbacks, every device suspended and
+ *                  resumed asynchronously (device_enable_async_suspend()),
+ *                  one level deeper than the other trees, so that only the
+ *                  PM core's waits for children and parents keep the order
  *
  * Each tree has a root and @depth levels below it, every device having
  * @fanout children.  Devices are named "<driver>.<id>" with ids in
@@ -41,6 +45,7 @@ enum pmtest_kind {
 	PMTEST_FULL,
 	PMTEST_COMPAT,
 	PMTEST_LEGACY,
+	PMTEST_ASYNC,
 	PMTEST_NR_KIND,
 };
 
@@ -48,6 +53,7 @@ static const char * const pmtest_kind_name[PMTEST_NR_KIND] = {
 	[PMTEST_FULL] = "pmtest_full",
 	[PMTEST_COMPAT] = "pmtest_compat",
 	[PMTEST_LEGACY] = "pmtest_legacy",
+	[PMTEST_ASYNC] = "pmtest_async",
 };
 
 /**
@@ -106,6 +112,10 @@ static void pmtest_pm_complete(struct device *dev)
 #define PMTEST_PM_OPS_6_1					\
 	.prepare = pmtest_pm_prepare,				\
 	.complete = pmtest_pm_complete,				\
+	PMTEST_PM_OPS_LEVELS_6_1
+
+/* The leveled callbacks of 6.1 (neither prepare nor complete). */
+#define PMTEST_PM_OPS_LEVELS_6_1				\
 	.suspend = pmtest_pm_suspend,				\
 	.suspend_late = pmtest_pm_suspend_late,			\
 	.suspend_noirq = pmtest_pm_suspend_noirq,		\
@@ -125,16 +135,29 @@ static void pmtest_pm_complete(struct device *dev)
 	.restore_early = pmtest_pm_restore_early,		\
 	.restore = pmtest_pm_restore
 
-static const struct dev_pm_ops pmtest_full_pm_ops = {
-	PMTEST_PM_OPS_6_1,
 #ifdef PM_OPS_HAS_QUIESCE
-	.quiesce = pmtest_pm_quiesce,
-	.quiesce_late = pmtest_pm_quiesce_late,
-	.quiesce_noirq = pmtest_pm_quiesce_noirq,
-	.recover = pmtest_pm_recover,
-	.recover_early = pmtest_pm_recover_early,
+#define PMTEST_PM_OPS_QUIESCE					\
+	.quiesce = pmtest_pm_quiesce,				\
+	.quiesce_late = pmtest_pm_quiesce_late,			\
+	.quiesce_noirq = pmtest_pm_quiesce_noirq,		\
+	.recover = pmtest_pm_recover,				\
+	.recover_early = pmtest_pm_recover_early,		\
 	.recover_noirq = pmtest_pm_recover_noirq,
+#else
+#define PMTEST_PM_OPS_QUIESCE
 #endif
+
+const struct dev_pm_ops pmtest_full_pm_ops = {
+	PMTEST_PM_OPS_6_1,
+	PMTEST_PM_OPS_QUIESCE
+};
+
+/* pmtest_full's, but for ->prepare (pmtest_flags.c). */
+const struct dev_pm_ops pmtest_flags_pm_ops = {
+	.prepare = pmtest_flags_prepare,
+	.complete = pmtest_pm_complete,
+	PMTEST_PM_OPS_LEVELS_6_1,
+	PMTEST_PM_OPS_QUIESCE
 };
 
 static const struct dev_pm_ops pmtest_compat_pm_ops = {
@@ -197,10 +220,20 @@ static struct platform_driver pmtest_legacy_driver = {
 	},
 };
 
+static struct platform_driver pmtest_async_driver = {
+	.probe = pmtest_platform_probe,
+	.remove = pmtest_platform_remove,
+	.driver = {
+		.name = "pmtest_async",
+		.pm = &pmtest_full_pm_ops,
+	},
+};
+
 static struct platform_driver * const pmtest_drivers[PMTEST_NR_KIND] = {
 	[PMTEST_FULL] = &pmtest_full_driver,
 	[PMTEST_COMPAT] = &pmtest_compat_driver,
 	[PMTEST_LEGACY] = &pmtest_legacy_driver,
+	[PMTEST_ASYNC] = &pmtest_async_driver,
 };
 
 /* Register the next device of @kind under @parent (NULL: a root). */
@@ -225,6 +258,9 @@ static struct platform_device *pmtest_pdev_create(enum pmtest_kind kind,
 		kfree(pd);
 		return err;
 	}
+	/* Before any transition: the flag is read when one starts. */
+	if (kind == PMTEST_ASYNC)
+		device_enable_async_suspend(&pd->pdev->dev);
 
 	mutex_lock(&pmtest_pdevs_lock);
 	list_add_tail(&pd->node, &pmtest_pdevs);
@@ -346,7 +382,7 @@ static int pmtest_tree_create(enum pmtest_kind kind, unsigned int total,
  */
 int pmtest_platform_init(unsigned int depth, unsigned int fanout)
 {
-	int kind, total, ret;
+	int kind, total, async_total, ret;
 
 	total = pmtest_tree_size(depth, fanout);
 	if (total < 0) {
@@ -354,6 +390,10 @@ int pmtest_platform_init(unsigned int depth, unsigned int fanout)
 		       depth, fanout, PMTEST_TREE_MAX);
 		return total;
 	}
+	/* One level deeper, where that still fits. */
+	async_total = pmtest_tree_size(depth + 1, fanout);
+	if (async_total < 0)
+		async_total = total;
 
 	for (kind = 0; kind < PMTEST_NR_KIND; kind++) {
 		ret = platform_driver_register(pmtest_drivers[kind]);
@@ -362,7 +402,8 @@ int pmtest_platform_init(unsigned int depth, unsigned int fanout)
 	}
 
 	for (kind = 0; kind < PMTEST_NR_KIND; kind++) {
-		ret = pmtest_tree_create(kind, total, fanout);
+		ret = pmtest_tree_create(kind, kind == PMTEST_ASYNC ?
+					 async_total : total, fanout);
 		if (ret) {
 			pmtest_pdevs_remove();
 			kind = PMTEST_NR_KIND;

@@ -1,0 +1,178 @@
+"""The oracle's provider rules (lab/oracle/rules.py PROVIDERS): a driver
+reached through a PM domain must get the callback the rules give it, and a
+failing syscore_suspend fails the transition.  Synthetic pmtest logs shaped
+like the guests' (kernel/modules/pmtest/README.md)."""
+
+from lab import oracle
+from lab.oracle import rules
+
+
+def verdict(records):
+    lines = [f"pmtest: seq={n} t={n} dev={dev} cb={cb} event={event} ret={ret}"
+             for n, (dev, cb, event, ret) in enumerate(records, 1)]
+    calls = oracle.from_pmtest("\n".join(lines))
+    return oracle.judge(calls, oracle.pmtest_parents(calls))
+
+
+def acpi_boot_kernel(main_callback):
+    """The boot kernel of a restore for the ACPI device, cut short by the jump
+    to the image: its domain's main callback gives `main_callback`, the late
+    and noirq callbacks reach the driver directly."""
+    return [("PMTS0001:00", "prepare", "quiesce", 0),
+            ("PMTS0001:00", main_callback, "quiesce", 0),
+            ("PMTS0001:00", "quiesce_late", "quiesce", 0),
+            ("PMTS0001:00", "quiesce_noirq", "quiesce", 0)]
+
+
+def test_names_of_pmtest_devices_outside_the_platform_trees():
+    assert oracle.observe.pmtest_driver("PMTS0001:00") == "pmtest_acpi"
+    assert oracle.observe.pmtest_driver("PMTS0001:1f") == "pmtest_acpi"
+    assert oracle.observe.pmtest_driver("pmtest_syscore") == "pmtest_syscore"
+    assert oracle.observe.pmtest_driver("PMTS0002:00") is None
+
+
+def test_every_driver_has_a_known_provider_and_every_provider_passes_events_on():
+    for name, driver in rules.DRIVERS.items():
+        if "callbacks" in driver:
+            assert driver["provider"] in rules.PROVIDERS, name
+    for name, table in rules.PROVIDERS.items():
+        assert set(table) == rules.LEVELED, name
+    assert rules.driver_callback("pmtest_acpi", "quiesce") == "quiesce"
+    assert rules.driver_callback("pmtest_compat", "recover_early") == "thaw_early"
+
+
+def test_acpi_domain_giving_quiesce_passes():
+    assert verdict(acpi_boot_kernel("quiesce")) == []
+
+
+def test_acpi_domain_giving_freeze_for_quiesce_is_flagged():
+    # issue 10 defect 3: acpi_general_pm_domain has ->freeze, no ->quiesce
+    found = verdict(acpi_boot_kernel("freeze"))
+    assert [(v.rule, v.device) for v in found] == [("callback", "PMTS0001:00")]
+    assert "the rules give it quiesce" in found[0].message
+
+
+def syscore_failure(undo):
+    """Image creation failing in syscore_suspend after the device froze."""
+    return [("pmtest_full.0", "prepare", "freeze", 0),
+            ("pmtest_full.0", "freeze", "freeze", 0),
+            ("pmtest_full.0", "freeze_late", "freeze", 0),
+            ("pmtest_full.0", "freeze_noirq", "freeze", 0),
+            ("pmtest_syscore", "syscore_suspend", "freeze", -5),
+            ("pmtest_full.0", f"{undo}_noirq", undo, 0),
+            ("pmtest_full.0", f"{undo}_early", undo, 0),
+            ("pmtest_full.0", undo, undo, 0),
+            ("pmtest_full.0", "complete", undo, 0)]
+
+
+def test_failed_syscore_suspend_must_be_recovered_from():
+    assert verdict(syscore_failure("recover")) == []
+    # issue 10 defect 1: create_image() loses syscore_suspend()'s error
+    found = verdict(syscore_failure("restore"))
+    assert {v.rule for v in found} == {"undo"}
+    assert all(v.device == "pmtest_full.0" for v in found)
+
+
+def test_successful_syscore_suspend_allows_restore():
+    records = syscore_failure("restore")
+    records[4] = ("pmtest_syscore", "syscore_suspend", "freeze", 0)
+    assert verdict(records) == []
+
+
+def test_driver_behind_pmtest_pm_domain_is_judged_with_the_domain():
+    dev, pd = "pmtest_domain.1", "pmtest_domain.1/pd"
+    assert oracle.observe.pmtest_driver(pd) == "pmtest_pm_domain"
+    assert oracle.observe.pmtest_driver(dev) == "pmtest_domain"
+    good = [(dev, "prepare", "quiesce", 0), (pd, "prepare", "quiesce", 0),
+            (dev, "quiesce", "quiesce", 0), (pd, "quiesce", "quiesce", 0)]
+    assert verdict(good) == []
+    bad = list(good)
+    bad[2] = (dev, "freeze", "quiesce", 0)
+    assert [(v.rule, v.device) for v in verdict(bad)] == [("callback", dev)]
+
+
+S3_FULL = ["suspend", "suspend_late", "suspend_noirq", "resume_noirq", "resume_early", "resume"]
+
+
+def s3(device, callbacks, prepare_ret=0):
+    event = {c: ("suspend" if c.startswith("suspend") else "resume") for c in S3_FULL}
+    return ([(device, "prepare", "suspend", prepare_ret)]
+            + [(device, c, event[c], 0) for c in callbacks]
+            + [(device, "complete", "resume", 0)])
+
+
+def test_may_skip_resume_device_may_stay_suspended_after_s3_only():
+    skipped = ["suspend", "suspend_late", "suspend_noirq", "resume"]
+    assert verdict(s3("pmtest_skip_resume.0", S3_FULL)) == []
+    assert verdict(s3("pmtest_skip_resume.0", skipped)) == []
+    # the same on a device without the flag
+    assert {v.rule for v in verdict(s3("pmtest_full.0", skipped))} == {"mirror"}
+    # issue 10 defect 2: a failed freeze recovered without recover_noirq/_early
+    dev = "pmtest_skip_resume.0"
+    failed = [(dev, "prepare", "freeze", 0), (dev, "freeze", "freeze", 0),
+              (dev, "freeze_late", "freeze", 0), (dev, "freeze_noirq", "freeze", 0),
+              ("pmtest_full.3", "prepare", "freeze", 0), ("pmtest_full.3", "freeze", "freeze", 0),
+              ("pmtest_full.3", "freeze_late", "freeze", 0),
+              ("pmtest_full.3", "freeze_noirq", "freeze", -5),
+              ("pmtest_full.3", "recover_early", "recover", 0),
+              ("pmtest_full.3", "recover", "recover", 0),
+              ("pmtest_full.3", "complete", "recover", 0),
+              (dev, "recover", "recover", 0), (dev, "complete", "recover", 0)]
+    assert [(v.rule, v.device) for v in verdict(failed)] == [("mirror", dev)]
+    failed[11:11] = [(dev, "recover_noirq", "recover", 0), (dev, "recover_early", "recover", 0)]
+    assert verdict(failed) == []
+
+
+def test_direct_complete_only_where_the_row_takes_it():
+    assert verdict(s3("pmtest_direct.0", [], prepare_ret=1)) == []
+    found = verdict(s3("pmtest_direct.0", S3_FULL, prepare_ret=1))
+    assert {v.rule for v in found} == {"direct-complete"}
+    # DPM_FLAG_NO_DIRECT_COMPLETE: every level, also after a positive ->prepare
+    assert verdict(s3("pmtest_no_direct.0", S3_FULL, prepare_ret=1)) == []
+    found = verdict(s3("pmtest_no_direct.0", [], prepare_ret=1) + s3("pmtest_full.0", S3_FULL))
+    assert [(v.rule, v.device) for v in found] == [("missing", "pmtest_no_direct.0")]
+
+
+def test_type_and_class_rows_are_named_and_judged():
+    assert oracle.observe.pmtest_driver("pmtest_typed.2/type") == "pmtest_type_ops"
+    assert oracle.observe.pmtest_driver("pmtest_typed.2") == "pmtest_typed"
+    assert oracle.observe.pmtest_driver("pmtest_class.1") == "pmtest_class"
+    dev, layer = "pmtest_typed.0", "pmtest_typed.0/type"
+    bad = [(dev, "prepare", "quiesce", 0), (layer, "prepare", "quiesce", 0),
+           (dev, "freeze", "quiesce", 0), (layer, "quiesce", "quiesce", 0),
+           ("pmtest_class.0", "prepare", "quiesce", 0), ("pmtest_class.0", "freeze", "quiesce", 0)]
+    assert [(v.rule, v.device) for v in verdict(bad)] == [("callback", dev),
+                                                          ("callback", "pmtest_class.0")]
+
+
+def test_async_tree_names_have_parents():
+    calls = oracle.from_pmtest("pmtest: seq=1 t=1 dev=pmtest_async.13 cb=prepare event=suspend ret=0")
+    assert calls[0].driver == "pmtest_async"
+    assert oracle.pmtest_parents(calls)["pmtest_async.13"] == "pmtest_async.6"
+
+
+def child_prepares(children):
+    """pmtest_full.1 gains a child in each of its first `children` ->prepare."""
+    records = []
+    for n in range(children):
+        records += [(f"pmtest_full.{7 + n}", "register", "suspend", 0),
+                    ("pmtest_full.1", "prepare", "suspend", 0)]
+        if n < rules.PREPARE_CHILD_RETRIES:
+            records.append(("pmtest_full.1", "complete", "suspend", 0))
+    if children <= rules.PREPARE_CHILD_RETRIES:
+        records.append(("pmtest_full.1", "prepare", "suspend", 0))
+    return records + [("pmtest_full.1", "suspend", "suspend", 0),
+                      ("pmtest_full.1", "resume", "resume", 0),
+                      ("pmtest_full.1", "complete", "resume", 0)]
+
+
+def test_re_prepare_is_bounded():
+    for children in (1, rules.PREPARE_CHILD_RETRIES, rules.PREPARE_CHILD_RETRIES + 1):
+        found = [v for v in verdict(child_prepares(children)) if v.rule != "missing"]
+        assert found == [], (children, [str(v) for v in found])
+    # a fourth re-prepare is past the bound
+    records = child_prepares(rules.PREPARE_CHILD_RETRIES + 1)
+    position = records.index(("pmtest_full.1", "suspend", "suspend", 0))
+    records[position:position] = [("pmtest_full.1", "complete", "suspend", 0),
+                                   ("pmtest_full.1", "prepare", "suspend", 0)]
+    assert "prepare" in {v.rule for v in verdict(records)}
