@@ -345,7 +345,7 @@ def test_agent_stream_survives_damage_in_any_chunks(data, sizes):
 # here. After a deliberate change or a new recording, print the new ones
 # with `/usr/bin/python3 pytest/test_parser_fuzz.py`.
 DIGESTS = {
-    'report-disk-reboot.txt.gz': '1d49b05bd8365da5842ff9e6fac93757b83ff20fc31f690b91a2be493a48d6f6',
+    'report-disk-reboot.txt.gz': '4cdb1e257d55933dbbd139f18dac91241860465da7cdddfb3ad813902d7c6231',
     'report-disk.txt.gz': '8a08fe73f7cf7046c0f2e0222206d9412fc9dd75e557ee4445ec69c564d334f1',
     'report-freeze.txt.gz': '8457720d63325aa6f011d3f12e3970b2327a9b18beb76f6de5fb405c349dd99f',
     'report-mem-fault-resume.txt.gz': 'e1401659e15447f3d01a72b0f007a982322385456b4b80793fa27afdeb12122a',
