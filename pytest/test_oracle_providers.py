@@ -178,3 +178,25 @@ def test_re_prepare_is_bounded():
     records[position:position] = [("pmtest_full.1", "complete", "suspend", 0),
                                    ("pmtest_full.1", "prepare", "suspend", 0)]
     assert "prepare" in {v.rule for v in verdict(records)}
+
+
+def test_trace_of_a_failed_syscore_suspend_is_judged_with_the_failure():
+    """Recorded on the v2 series (pmtest fault 'pmtest_syscore syscore_suspend
+    -5 1', a real hibernation attempt): the trace shows the devices frozen and
+    then recovered, but not the syscore_ops, which are no devices.  Judged
+    alone, every device's ->recover_noirq looks like the undo of a freeze that
+    went through; with the pmtest log's failure put in place it is clean."""
+    import gzip
+    import os
+    from lab import guest_report
+    from lab.oracle import cycle_check
+    path = os.path.join(os.path.dirname(__file__), "recordings", "report-disk-syscore-fail.txt.gz")
+    with gzip.open(path, "rt") as source:
+        text = source.read()
+    violations, counts = cycle_check.judge_cycle(text, [])
+    assert violations == [] and counts["trace"] > 1000 and counts["pmtest_log"] > 100
+    sections = guest_report.sections(text)
+    trace_calls, parents = oracle.from_trace(sections["trace"])
+    alone = oracle.judge(trace_calls, parents)
+    assert alone and {v.rule for v in alone} == {"undo"}
+    assert all("recover" in v.message for v in alone)

@@ -9,8 +9,28 @@
 
 from lab import guest_report
 
+from . import rules
 from .judge import judge
 from .observe import from_pmtest, from_trace, pmtest_parents, split_kernels, tree_from_trace
+
+
+def with_syscore_failures(trace_calls, pmtest_calls):
+    """The trace with the pmtest log's failed syscore_suspend() calls put where
+    they happened: syscore_ops are no devices, so the trace does not show them,
+    yet a failing one fails the transition (image creation) after every device
+    was suspended.  Each goes before the first resume-side call that follows a
+    suspend-side call of its event."""
+    calls = list(trace_calls)
+    for failure in (c for c in pmtest_calls if c.callback == rules.SYSCORE_SUSPEND and c.ret != 0):
+        suspended = False
+        for position, call in enumerate(calls):
+            side, level, _ = rules.side_of(call.callback, call.event)
+            if side == "suspend" and level and call.event == failure.event:
+                suspended = True
+            elif suspended and side == "resume" and level:
+                calls.insert(position, failure)
+                break
+    return calls
 
 
 def judge_cycle(report_text, console_lines):
@@ -25,7 +45,7 @@ def judge_cycle(report_text, console_lines):
     calls = from_pmtest(sections.get("pmtest_log", ""))
     violations += judge(calls, pmtest_parents(calls, tree))
     counts["pmtest_log"] = len(calls)
-    violations += judge(trace_calls, parents)
+    violations += judge(with_syscore_failures(trace_calls, calls), parents)
     counts["trace"] = len(trace_calls)
     console_calls = from_pmtest("\n".join(console_lines or ()))
     for kernel in split_kernels(console_calls):
