@@ -356,6 +356,7 @@ DIGESTS = {
     'report-pm_test-core.txt.gz': 'aacf4e01c697af009189369c41f2cf836aab596226aef5b92a5c3248261a8589',
     'report-pm_test-devices.txt.gz': 'b09c5413529d80e09d38848d3bbd0d5e19d0649dc68c020bc351a48ea8b1a98d',
     'report-pm_test-freezer.txt.gz': 'aecabc2fb446e2b99f757212cf7c61b73a1aabd8af9fc6b65d796504680a06dc',
+    'report-disk-syscore-fail.txt.gz': 'e920eb67b276e3afb3b50b0b887fe74f172a5dd5854963dc752e4d71635bd293',
     'console-cycles.log.gz': '6a744be60673ca34d8c7b94da6787c0d528de9dce9ce3a0c1cb5362614032170',
     'console-hang.log.gz': 'fa16f9a7811f8b8196704de6db75fc74ba47db7ef99393f30c4c160d949064a7',
     'agent-stream.bin.gz': 'b985db0e5e04ea839a6b84f9d54a376e4968e17643f1ea3b3a96a6b98bc337f7',
