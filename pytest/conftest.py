@@ -41,11 +41,17 @@ def pytest_addoption(parser):
     group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
     group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
     group.addoption("--lab-results", default=os.path.join(REPO, "results"), help="results root")
+    group.addoption("--pipeline-tests", action="store_true",
+                    help="also run the tests marked pipeline (they need a second kernel build: "
+                         "the kernel-deep job of pipelines/ci runs them)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "guest: boots real QEMU guests through libvirt (slow)")
     config.addinivalue_line("markers", "browser: drives headless Chromium (dashboard page)")
+    config.addinivalue_line("markers", "pipeline: needs the unpatched baseline kernel (a second "
+                            "full build): run by pipelines/ci's kernel-deep job with --pipeline-tests, "
+                            "deselected (never skipped) in ./pmlab test")
     if hasattr(config, "workerinput"):
         config.pmlab_run_id = config.workerinput["pmlab_run_id"]
     else:
@@ -61,6 +67,25 @@ def pytest_configure_node(node):
 def _plan(config):
     return modes_mod.plan(config.getoption("--mode"), config.getoption("--cycles"),
                           config.getoption("--wake"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked pipeline are deselected, by name in the summary, unless
+    --pipeline-tests asks for them."""
+    if config.getoption("--pipeline-tests"):
+        return
+    kept = [item for item in items if "pipeline" not in item.keywords]
+    left = [item for item in items if "pipeline" in item.keywords]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+        config.pmlab_pipeline_deselected = [item.nodeid for item in left]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for nodeid in getattr(config, "pmlab_pipeline_deselected", ()):
+        terminalreporter.write_line(f"pmlab: deselected {nodeid} (marked pipeline: "
+                                    "pipelines/ci kernel-deep runs it with --pipeline-tests)")
 
 
 def pytest_generate_tests(metafunc):

@@ -92,6 +92,7 @@ def _baseline_artifacts():
 
 
 @pytest.mark.guest
+@pytest.mark.pipeline
 @pytest.mark.timeout(5400)
 def test_unpatched_baseline_fails_exactly_the_cases_the_series_changes(request, tmp_path):
     _baseline_artifacts()
