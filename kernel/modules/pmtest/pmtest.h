@@ -17,6 +17,7 @@
  *   pmtest_domain.c   devices under a struct dev_pm_domain of pmtest's own
  *   pmtest_flags.c    devices with DPM flags and runtime PM state
  *   pmtest_typeclass.c devices reached through type->pm and class->pm
+ *   pmtest_layer.c    the PM ops of pmtest's own domain and device type
  */
 #ifndef _PMTEST_H
 #define _PMTEST_H
@@ -153,6 +154,11 @@ void pmtest_domain_exit(void);
 int pmtest_flags_prepare(struct device *dev);
 int pmtest_flags_init(void);
 void pmtest_flags_exit(void);
+
+/* pmtest_layer.c */
+extern const struct dev_pm_ops pmtest_layer_pm_ops;
+int pmtest_layer_add(struct device *dev, const char *suffix);
+void pmtest_layer_del(struct device *dev);
 
 /* pmtest_typeclass.c */
 int pmtest_typeclass_init(void);
