@@ -5,13 +5,12 @@ each through one S3, one s2idle and one S4 cycle judged by the oracle, and
 the tests of the issue's defects 1-3, which fail on a series that still has
 them.  kernel/modules/pmtest/README.md describes the devices."""
 
-import gzip
-import os
 
 import pytest
 
-from lab import guest_report, modes, oracle, pmtest_log
+from lab import modes, oracle, pmtest_log
 from lab.session import Session
+from observed_cycle import Observed
 
 pytestmark = pytest.mark.guest
 
@@ -69,34 +68,6 @@ def matrix(lab_run):
     run.session = session
     yield run
     session.close()
-
-
-class Observed:
-    """A cycle's record, the reporting kernel's pmtest calls and the boot
-    kernels' console calls."""
-
-    def __init__(self, run_path, record):
-        self.record = record
-        self.sections = {}
-        if record.get("report"):
-            with gzip.open(os.path.join(run_path, record["report"]), "rt") as text:
-                self.sections = guest_report.sections(text.read())
-        self.calls = oracle.from_pmtest(self.sections.get("pmtest_log", ""))
-        self.console_kernels = oracle.split_kernels(
-            oracle.from_pmtest("\n".join(record.get("evidence", []))))
-
-    def callbacks(self, device, calls=None):
-        return [c.callback for c in (self.calls if calls is None else calls) if c.device == device]
-
-    def violations(self, devices=None):
-        found = self.record.get("ordering_violations", [])
-        return [v for v in found if devices is None or v["device"].split(" (")[0] in devices]
-
-    def explain(self):
-        r = self.record
-        return (f"cycle {r['cycle']} {r['mode']}: {r['verdict']} in {r.get('phase')}: {r.get('reason')}\n"
-                + "\n".join(f"{v['rule']}: {v['device']}: {v['message']}"
-                            for v in r.get("ordering_violations", [])))
 
 
 def assert_went_through(seen, devices):

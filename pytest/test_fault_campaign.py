@@ -9,14 +9,13 @@ baseline (--baseline) the cases where the series changes behaviour fail:
 that is the oracle's negative control (pipelines/baseline-compare).
 """
 
-import gzip
-import os
 import re
 
 import pytest
 
-from lab import guest_report, modes, oracle
+from lab import modes, oracle
 from lab.session import Session
+from observed_cycle import Observed
 
 pytestmark = pytest.mark.guest
 
@@ -39,35 +38,6 @@ def campaign(lab_run):
     run.session = session
     yield run
     session.close()
-
-
-class Observed:
-    """What one cycle left: record, reporting kernel's pmtest log and
-    suspend_stats, and the console's pmtest records per kernel."""
-
-    def __init__(self, run_path, record):
-        self.record = record
-        self.sections = {}
-        if record.get("report"):
-            with gzip.open(os.path.join(run_path, record["report"]), "rt") as text:
-                self.sections = guest_report.sections(text.read())
-        self.calls = oracle.from_pmtest(self.sections.get("pmtest_log", ""))
-        self.console_kernels = oracle.split_kernels(
-            oracle.from_pmtest("\n".join(record.get("evidence", []))))
-
-    def sequence(self, device, calls=None):
-        return [(c.callback, c.event, c.ret) for c in (calls or self.calls) if c.device == device]
-
-    def callbacks(self, device, calls=None):
-        return [c.callback for c in (calls or self.calls) if c.device == device]
-
-    def stats(self):
-        return guest_report.suspend_stats(guest_report.snapshot(self.sections, "after"))
-
-    def explain(self):
-        r = self.record
-        return (f"cycle {r['cycle']} {r['mode']}: {r['verdict']} in {r.get('phase')}: {r.get('reason')}\n"
-                + "\n".join(str(v) for v in r.get("ordering_violations", [])))
 
 
 def assert_rules_hold(seen):
