@@ -57,8 +57,9 @@ def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
         assert hung["verdict"] == "hang", _explain(hung)
         assert hung["phase"] == "suspend", _explain(hung)
         with open(os.path.join(lab_run["rundir"].path, hung["hang_dump"])) as text:
-            # the delay knob sleeps in pmtest's callback path
-            assert_hang_evidence(hung, text.read(), blocked_in="pmtest_cb_begin")
+            # the delay knob sleeps in pmtest_knobs_apply(), which every
+            # pmtest callback, a device's or a PM layer's, goes through
+            assert_hang_evidence(hung, text.read(), blocked_in="pmtest_knobs_apply")
         assert session.guest is None  # the hung guest is gone
 
         after = session.cycle(mem, HANG_CYCLE + 1)
