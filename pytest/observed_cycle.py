@@ -1,12 +1,14 @@
 """What one guest cycle left, read the same way by the fault campaign
 (test_fault_campaign.py) and the device matrix (test_device_matrix.py): the
 record, the reporting kernel's report sections and pmtest calls, and the
-pmtest calls each boot kernel printed on the console."""
+pmtest calls each boot kernel printed on the console; and the runner that
+gives each suite its own guest session and cycle numbers."""
 
 import gzip
 import os
 
-from lab import guest_report, oracle
+from lab import guest_report, modes, oracle
+from lab.session import Session
 
 
 class Observed:
@@ -41,3 +43,21 @@ class Observed:
         return (f"cycle {r['cycle']} {r['mode']}: {r['verdict']} in {r.get('phase')}: {r.get('reason')}\n"
                 + "\n".join(f"{v['rule']}: {v['device']}: {v['message']}"
                             for v in r.get("ordering_violations", [])))
+
+
+def cycle_runner(lab_run, worker_suffix, first_number):
+    """(session, run): a guest session of its own (worker name + suffix) and
+    run(mode, knobs=(), expect="pass") -> Observed, numbering the cycles from
+    `first_number` so that two suites' records never share a number. The
+    caller closes the session."""
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      lab_run["watchdogs"], lab_run["worker"] + worker_suffix,
+                      connection=lab_run["connection"])
+    numbers = iter(range(first_number, first_number + 99))
+
+    def run(mode, knobs=(), expect="pass"):
+        record = session.cycle(modes.parse_mode(mode), next(numbers), list(knobs), expect=expect)
+        return Observed(lab_run["rundir"].path, record)
+
+    run.session = session
+    return session, run

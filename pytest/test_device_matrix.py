@@ -8,9 +8,8 @@ them.  kernel/modules/pmtest/README.md describes the devices."""
 
 import pytest
 
-from lab import modes, oracle, pmtest_log
-from lab.session import Session
-from observed_cycle import Observed
+from lab import oracle, pmtest_log
+from observed_cycle import cycle_runner
 
 pytestmark = pytest.mark.guest
 
@@ -48,15 +47,8 @@ ALL_ROWS = {device: row for row, devices in ROWS.items() for device in devices}
 
 @pytest.fixture(scope="module")
 def matrix(lab_run):
-    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
-                      lab_run["watchdogs"], lab_run["worker"] + "-matrix",
-                      connection=lab_run["connection"])
-    numbers = iter(range(8201, 8300))
+    session, run = cycle_runner(lab_run, "-matrix", 8201)
     plain = {}
-
-    def run(mode, knobs=(), expect="pass"):
-        record = session.cycle(modes.parse_mode(mode), next(numbers), list(knobs), expect=expect)
-        return Observed(lab_run["rundir"].path, record)
 
     def cycle(mode):
         """One cycle of `mode` without knobs, shared by the rows."""
@@ -65,7 +57,6 @@ def matrix(lab_run):
         return plain[mode]
 
     run.cycle = cycle
-    run.session = session
     yield run
     session.close()
 

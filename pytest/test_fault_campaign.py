@@ -13,9 +13,8 @@ import re
 
 import pytest
 
-from lab import modes, oracle
-from lab.session import Session
-from observed_cycle import Observed
+from lab import oracle
+from observed_cycle import cycle_runner
 
 pytestmark = pytest.mark.guest
 
@@ -26,16 +25,7 @@ EIO = -5
 
 @pytest.fixture(scope="module")
 def campaign(lab_run):
-    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
-                      lab_run["watchdogs"], lab_run["worker"] + "-campaign",
-                      connection=lab_run["connection"])
-    numbers = iter(range(7001, 7100))
-
-    def run(mode, knobs=(), expect="pass"):
-        record = session.cycle(modes.parse_mode(mode), next(numbers), list(knobs), expect=expect)
-        return Observed(lab_run["rundir"].path, record)
-
-    run.session = session
+    session, run = cycle_runner(lab_run, "-campaign", 7001)
     yield run
     session.close()
 
