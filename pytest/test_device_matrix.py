@@ -1,6 +1,7 @@
 """The device matrix of issue 10 in real guests: the provider paths real
 devices take (an ACPI-enumerated platform device under
-acpi_general_pm_domain, a PM domain of pmtest's own, DPM flags, syscore_ops),
+acpi_general_pm_domain, a PM domain of pmtest's own, a genpd domain, DPM
+flags, syscore_ops),
 each through one S3, one s2idle and one S4 cycle judged by the oracle, and
 the tests of the issue's defects 1-3, which fail on a series that still has
 them.  kernel/modules/pmtest/README.md describes the devices."""
@@ -27,6 +28,8 @@ ROWS = {
     "pm_domain": {f"{dev}{layer}": (S3, QUIESCE)
                   for dev in ("pmtest_domain.0", "pmtest_domain.1", "pmtest_domain.2")
                   for layer in ("", "/pd")},
+    # genpd: the driver's callbacks, through genpd at prepare, noirq and complete
+    "genpd": {dev: (S3, QUIESCE) for dev in ("pmtest_genpd.0", "pmtest_genpd.1", "pmtest_genpd.2")},
     "type": {f"{dev}{layer}": (S3, QUIESCE)
              for dev in ("pmtest_typed.0", "pmtest_typed.1", "pmtest_typed.2")
              for layer in ("", "/type")},
@@ -80,6 +83,17 @@ def test_row_suspends_and_resumes(matrix, row, mode):
     trace, _ = oracle.from_trace(seen.sections["trace"])
     traced = {oracle.observe.device_name(c.device) for c in trace}
     assert {d for d in ROWS[row] if "/" not in d} <= traced
+
+
+@pytest.mark.parametrize("mode", ["mem", "freeze"])
+def test_genpd_powers_its_domain_off_after_the_last_device_and_on_before_the_first(matrix, mode):
+    """genpd_sync_power_off() runs once every device of the domain has had
+    its suspend_noirq, genpd_sync_power_on() before the first resume_noirq."""
+    seen = matrix.cycle(mode)
+    lines = seen.record["evidence"]
+    off = [i for i, line in enumerate(lines) if "domain pmtest_genpd power off" in line]
+    on = [i for i, line in enumerate(lines) if "domain pmtest_genpd power on" in line]
+    assert len(off) == 1 and len(on) == 1 and off[0] < on[0], "\n".join(lines)
 
 
 @pytest.mark.parametrize("row", sorted(ROWS))
@@ -210,7 +224,8 @@ def test_knobs_reach_every_new_provider(matrix):
 
 # One device per row whose driver has every level: an injected failure per
 # level and side, and the whole unwind of that device.
-FAULT_DEVICES = {"acpi": "PMTS0001:01", "pm_domain": "pmtest_domain.1", "type": "pmtest_typed.1",
+FAULT_DEVICES = {"acpi": "PMTS0001:01", "pm_domain": "pmtest_domain.1", "genpd": "pmtest_genpd.1",
+                 "type": "pmtest_typed.1",
                  "class": "pmtest_class.1", "async": "pmtest_async.7",
                  "dpm_flags": "pmtest_no_direct.0"}
 UNWIND = {

@@ -76,6 +76,9 @@ PROVIDERS = {
     "acpi_general_pm_domain": PASS_ON,     # drivers/acpi/device_pm.c
     "pmtest_pm_domain": PASS_ON,           # kernel/modules/pmtest/pmtest_domain.c
     "pmtest_type": PASS_ON,                # pmtest_typeclass.c, a device_type's ->pm
+    # drivers/base/power/domain.c: ->prepare, the *_noirq callbacks and
+    # ->complete through pm_generic_*, the rest left to the driver
+    "genpd": PASS_ON,
 }
 
 # The pmtest drivers (kernel/modules/pmtest/README.md): what each implements
@@ -99,6 +102,8 @@ DRIVERS = {
     "pmtest_pm_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
     "pmtest_domain": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
                       "provider": "pmtest_pm_domain"},
+    # devices in a genpd domain (pmtest_genpd.c)
+    "pmtest_genpd": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "genpd"},
     # type->pm, logging as "<device>/type", and the driver behind it; a
     # class->pm of devices without a driver (pmtest_typeclass.c)
     "pmtest_type_ops": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},

@@ -15,6 +15,7 @@
  *   pmtest_syscore.c  syscore_ops, so image creation can fail after the
  *                     devices are frozen
  *   pmtest_domain.c   devices under a struct dev_pm_domain of pmtest's own
+ *   pmtest_genpd.c    devices in a generic PM domain (pm_genpd_init())
  *   pmtest_flags.c    devices with DPM flags and runtime PM state
  *   pmtest_typeclass.c devices reached through type->pm and class->pm
  *   pmtest_layer.c    the PM ops of pmtest's own domain and device type
@@ -154,6 +155,10 @@ void pmtest_domain_exit(void);
 int pmtest_flags_prepare(struct device *dev);
 int pmtest_flags_init(void);
 void pmtest_flags_exit(void);
+
+/* pmtest_genpd.c */
+int pmtest_genpd_init(void);
+void pmtest_genpd_exit(void);
 
 /* pmtest_layer.c */
 extern const struct dev_pm_ops pmtest_layer_pm_ops;

@@ -5,7 +5,8 @@
  * pmtest.ko registers three platform drivers with trees of test devices
  * (pmtest_platform.c), a PCI driver for QEMU's edu device (pmtest_edu.c),
  * a driver for the ACPI devices of the lab's SSDT (pmtest_acpi.c), devices
- * in a PM domain of its own (pmtest_domain.c), devices with DPM flags
+ * in a PM domain of its own (pmtest_domain.c) and in a genpd domain
+ * (pmtest_genpd.c), devices with DPM flags
  * (pmtest_flags.c), devices with type and class PM (pmtest_typeclass.c)
  * and syscore_ops (pmtest_syscore.c), logs every PM
  * callback they get (pmtest_log.c) and lets tests delay callbacks, make
@@ -84,9 +85,13 @@ static int __init pmtest_init(void)
 	if (ret)
 		goto err_acpi;
 
-	ret = pmtest_flags_init();
+	ret = pmtest_genpd_init();
 	if (ret)
 		goto err_domain;
+
+	ret = pmtest_flags_init();
+	if (ret)
+		goto err_genpd;
 
 	ret = pmtest_typeclass_init();
 	if (ret)
@@ -109,6 +114,8 @@ err_typeclass:
 	pmtest_typeclass_exit();
 err_flags:
 	pmtest_flags_exit();
+err_genpd:
+	pmtest_genpd_exit();
 err_domain:
 	pmtest_domain_exit();
 err_acpi:
@@ -137,6 +144,7 @@ static void __exit pmtest_exit(void)
 	pmtest_syscore_exit();
 	pmtest_typeclass_exit();
 	pmtest_flags_exit();
+	pmtest_genpd_exit();
 	pmtest_domain_exit();
 	pmtest_acpi_exit();
 	pmtest_edu_exit();
