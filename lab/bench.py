@@ -1,6 +1,7 @@
 """Benchmark: the harness's S3 cycle against the floor, in one invocation.
 
-  ./pmlab bench [--mode mem*20] [--baseline | --artifacts DIR]
+  ./pmlab bench [--mode mem*20] [--profile q35-ovmf|pc-seabios]
+                [--baseline | --artifacts DIR] [--stock-floor | --no-stock-floor]
   (or lab/bench, /usr/bin/python3 -m lab.bench; --cycles 20 is the older --mode mem*20)
 
 The floor: plain qemu-system-x86_64 (no libvirt) with the same machine,
@@ -8,6 +9,13 @@ firmware, kernel, initramfs and devices as the lab's domain, and a QMP socket.
 The guest's init, given pmlab.mode=raw-s3, writes "mem" to /sys/power/state
 in a loop and does nothing else; the host waits for each SUSPEND event and
 sends system_wakeup.
+
+The stock floor: the same raw loop on Debian's cloud kernel of the same
+6.1 source (linux-image-cloud-amd64, unpacked from its .deb into
+/var/cache/pmlab/stock-kernel, never installed), which probes little and
+loads no module: what S3 costs this machine with a kernel reduced to what the
+S3 path needs.  pmlab-kernel raw / stock raw is what the guest kernel's own
+devices and config add; harness / raw is what the harness adds.
 
 The harness: lab.session.Session running mem cycles, each one a full lab
 cycle (agent request, libvirt events, PM wakeup, the guest's report with its
@@ -47,42 +55,86 @@ RESULT_FILE = "bench.json"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def raw_command(found, workdir, cycles, memory_mib=512):
+STOCK_PACKAGE = "linux-image-cloud-amd64"
+STOCK_CACHE = "/var/cache/pmlab/stock-kernel"
+# The machine's S3 switch, as libvirt's <pm><suspend-to-mem> sets it
+S3_GLOBALS = {"q35": ["-global", "ICH9-LPC.disable_s3=0", "-global", "ICH9-LPC.disable_s4=0"],
+              "pc": ["-global", "PIIX4_PM.disable_s3=0", "-global", "PIIX4_PM.disable_s4=0"]}
+
+
+def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf", kernel=None):
     """QEMU arguments matching the domain lab.virt.domain_xml() gives libvirt
-    (q35, OVMF pflash, TCG, the same devices at the same PCI slots)."""
-    profile = virt.PROFILES["q35-ovmf"]
-    vars_copy = os.path.join(workdir, "OVMF_VARS.fd")
-    shutil.copyfile(profile["nvram_template"], vars_copy)
+    for `profile_name` (q35 + OVMF pflash or pc + SeaBIOS, TCG, the same
+    devices at the same PCI slots). `kernel`: another bzImage (the stock
+    floor) with the same initramfs."""
+    profile = virt.PROFILES[profile_name]
+    firmware = []
+    if profile["loader"]:
+        vars_copy = os.path.join(workdir, "OVMF_VARS.fd")
+        shutil.copyfile(profile["nvram_template"], vars_copy)
+        firmware = ["-drive", f"if=pflash,format=raw,readonly=on,file={profile['loader']}",
+                    "-drive", f"if=pflash,format=raw,file={vars_copy}"]
     swap = os.path.join(workdir, "swap.img")
     with open(swap, "wb") as disk:
         disk.truncate(1 << 30)
+    bus = profile["root_bus"]
     cmdline = f"{BASE_CMDLINE} pmlab.mode=raw-s3 pmlab.count={cycles}"
     return [
         "qemu-system-x86_64", "-name", "pmlab-bench-raw",
-        "-machine", "q35,usb=off", "-accel", "tcg", "-cpu", "qemu64",
-        "-m", str(memory_mib), "-smp", "1",
-        "-drive", f"if=pflash,format=raw,readonly=on,file={profile['loader']}",
-        "-drive", f"if=pflash,format=raw,file={vars_copy}",
+        "-machine", f"{profile['machine']},usb=off", "-accel", "tcg", "-cpu", "qemu64",
+        "-m", str(memory_mib), "-smp", "1", *firmware,
         "-display", "none", "-no-user-config", "-nodefaults", "-rtc", "base=utc", "-no-shutdown",
-        "-global", "ICH9-LPC.disable_s3=0", "-global", "ICH9-LPC.disable_s4=0",
-        "-kernel", found.kernel, "-initrd", found.initrd, "-append", cmdline,
-        "-device", "virtio-serial-pci,bus=pcie.0,addr=0x4",
+        *S3_GLOBALS[profile["machine"]],
+        "-kernel", kernel or found.kernel, "-initrd", found.initrd, "-append", cmdline,
+        "-device", f"virtio-serial-pci,bus={bus},addr=0x4",
         "-drive", f"if=none,id=swap,format=raw,cache=unsafe,file={swap}",
-        "-device", "virtio-blk-pci,bus=pcie.0,addr=0x3,drive=swap",
+        "-device", f"virtio-blk-pci,bus={bus},addr=0x3,drive=swap",
         "-chardev", f"file,id=serial0,path={os.path.join(workdir, 'console.log')}",
         "-serial", "chardev:serial0",
-        "-device", "edu,bus=pcie.0,addr=0x10",
+        "-device", f"edu,bus={bus},addr=0x10",
         *(["-acpitable", f"file={found.ssdt}"] if found.ssdt else []),
         "-qmp", f"unix:{os.path.join(workdir, 'qmp.sock')},server=on,wait=off",
     ]
 
 
+def stock_kernel(cache=STOCK_CACHE):
+    """Path of Debian's cloud kernel image (STOCK_PACKAGE's current
+    dependency), downloaded and unpacked once; raises virt.LabError naming
+    the package when apt cannot fetch it."""
+    def run(argv, cwd=None):
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+        if done.returncode:
+            raise virt.LabError(f"stock floor: {' '.join(argv)} failed: "
+                                f"{(done.stderr or done.stdout).strip()[-300:]}")
+        return done.stdout
+    depends = [line.split(":", 1)[1].strip() for line in run(["apt-cache", "depends", STOCK_PACKAGE]).splitlines()
+               if line.strip().startswith("Depends:")]
+    if not depends:
+        raise virt.LabError(f"stock floor: apt-cache knows no image that {STOCK_PACKAGE} depends on")
+    package = depends[0]
+    image = os.path.join(cache, "boot", "vmlinuz-" + package.removeprefix("linux-image-"))
+    if os.path.exists(image):
+        return image
+    os.makedirs(cache, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="download-", dir=cache)
+    try:
+        run(["apt-get", "download", package], cwd=work)
+        deb = next(name for name in os.listdir(work) if name.endswith(".deb"))
+        run(["sh", "-c", f"dpkg-deb --fsys-tarfile '{deb}' | tar -x ./boot"], cwd=work)
+        os.makedirs(os.path.dirname(image), exist_ok=True)
+        os.replace(os.path.join(work, "boot", os.path.basename(image)), image)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return image
+
+
 class RawGuest:
     """Plain QEMU running the raw S3 loop, driven over QMP."""
 
-    def __init__(self, found, cycles):
+    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None):
         self.workdir = tempfile.mkdtemp(prefix="pmlab-bench-")
-        self.process = subprocess.Popen(raw_command(found, self.workdir, cycles + 1),
+        self.process = subprocess.Popen(raw_command(found, self.workdir, cycles + 1,
+                                                    profile_name=profile, kernel=kernel),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE)
         self.qmp = QMP(os.path.join(self.workdir, "qmp.sock"))
@@ -105,50 +157,62 @@ class RawGuest:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def run_interleaved(found, cycles, uri, results):
-    """Alternate one raw cycle and one harness cycle, so both see the same
-    machine load (other guests, builds): a guest asleep in S3 costs nothing
-    while the other one runs. Returns (raw seconds list, harness seconds list,
-    the harness's run directory)."""
+def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None):
+    """Alternate one raw cycle, one stock-floor cycle (when `stock`, a
+    bzImage, is given) and one harness cycle, so all see the same machine
+    load (other guests, builds): a guest asleep in S3 costs nothing while
+    another one runs. Returns (raw seconds list, harness seconds list, the
+    harness's run directory, stock seconds list or None)."""
     rundir = RunDir(results, "bench-" + new_run_id())
-    session = Session(found, rundir, uri, "q35-ovmf", worker="bench")
-    raw = None
+    session = Session(found, rundir, uri, profile, worker="bench")
+    raws = []
     mem = modes.parse_mode("mem")
-    raw_times, harness_times, verdicts = [], [], []
+    raw_times, stock_times, harness_times, verdicts = [], [], [], []
     try:
-        raw = RawGuest(found, cycles)
+        raws.append(RawGuest(found, cycles, profile))
+        if stock:
+            raws.append(RawGuest(found, cycles, profile, kernel=stock))
         first = session.cycle(mem, 1)  # boots the harness guest; not timed
         verdicts.append(first["verdict"])
         for number in range(2, cycles + 2):
-            raw_times.append(raw.cycle())
+            raw_times.append(raws[0].cycle())
+            if stock:
+                stock_times.append(raws[1].cycle())
             started = time.time()
             record = session.cycle(mem, number)
             harness_times.append(time.time() - started)
             verdicts.append(record["verdict"])
     except Exception as error:
-        kept = f"; raw guest console kept in {raw.workdir}/console.log" if raw else ""
+        kept = "".join(f"; raw guest console kept in {raw.workdir}/console.log" for raw in raws)
         raise RuntimeError(f"benchmark failed: {error}{kept}") from None
     finally:
         session.close()
-        if raw:
+        for raw in raws:
             raw.close(keep=bool(sys.exc_info()[0]))
     rundir.write_summary({"benchmark": True})
     if verdicts.count("pass") != len(verdicts):
         raise RuntimeError(f"harness cycles did not all pass: {verdicts}; see {rundir.path}")
-    return raw_times, harness_times, rundir
+    return raw_times, harness_times, rundir, (stock_times if stock else None)
 
 
-def summarize(raw_times, harness_times, run_dir, seconds):
+def _side(times):
+    return {"cycles": len(times), "mean": round(statistics.mean(times), 4),
+            "median": round(statistics.median(times), 4), "min": round(min(times), 4),
+            "max": round(max(times), 4)}
+
+
+def summarize(raw_times, harness_times, run_dir, seconds, stock_times=None, profile="q35-ovmf"):
     """The benchmark's numbers (seconds per cycle) as a dict."""
-    def side(times):
-        return {"cycles": len(times), "mean": round(statistics.mean(times), 4),
-                "median": round(statistics.median(times), 4), "min": round(min(times), 4),
-                "max": round(max(times), 4)}
-    raw, harness = side(raw_times), side(harness_times)
+    raw, harness = _side(raw_times), _side(harness_times)
     ratio = statistics.mean(harness_times) / statistics.mean(raw_times)
-    return {"raw": raw, "harness": harness, "ratio": round(ratio, 4),
-            "median_ratio": round(statistics.median(harness_times) / statistics.median(raw_times), 4),
-            "target": TARGET, "within_target": ratio <= TARGET, "run_dir": run_dir, "seconds": round(seconds)}
+    result = {"profile": profile, "raw": raw, "harness": harness, "ratio": round(ratio, 4),
+              "median_ratio": round(statistics.median(harness_times) / statistics.median(raw_times), 4),
+              "target": TARGET, "within_target": ratio <= TARGET, "run_dir": run_dir,
+              "seconds": round(seconds)}
+    if stock_times:
+        result["stock"] = _side(stock_times)
+        result["kernel_ratio"] = round(statistics.mean(raw_times) / statistics.mean(stock_times), 4)
+    return result
 
 
 def write_result(results, result):
@@ -187,6 +251,10 @@ def main(argv=None):
                       wake=False)
     options.add_kernel(parser)
     parser.add_argument("--uri", default=virt.DEFAULT_URI, help="libvirt URI (default %(default)s)")
+    parser.add_argument("--profile", default="q35-ovmf", choices=sorted(virt.PROFILES),
+                        help="machine: q35-ovmf (default) or pc-seabios")
+    parser.add_argument("--stock-floor", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"also time the raw loop on Debian's {STOCK_PACKAGE} (default: on)")
     options.add_results(parser, run_id_help=None)
     args = parser.parse_args(argv)
     try:
@@ -196,21 +264,30 @@ def main(argv=None):
         if not shutil.which("qemu-system-x86_64"):
             raise virt.LabError("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
         virt.Connection(args.uri).close()
+        stock = stock_kernel() if args.stock_floor else None
     except virt.LabError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
-    print(f"bench: {cycles} S3 cycles each side, q35+OVMF under TCG, {found.directory}", flush=True)
+    print(f"bench: {cycles} S3 cycles each side, {args.profile} under TCG, {found.directory}"
+          + (f"; stock floor {stock}" if stock else ""), flush=True)
     started = time.time()
     try:
-        raw_times, harness_times, rundir = run_interleaved(found, cycles, args.uri, args.results)
+        raw_times, harness_times, rundir, stock_times = run_interleaved(
+            found, cycles, args.uri, args.results, args.profile, stock)
     except RuntimeError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
-    result = summarize(raw_times, harness_times, rundir.path, time.time() - started)
+    result = summarize(raw_times, harness_times, rundir.path, time.time() - started,
+                       stock_times, args.profile)
     write_result(args.results, result)
     raw, harness = result["raw"], result["harness"]
+    if stock_times:
+        floor = result["stock"]
+        print(f"stock floor S3 loop  : {floor['mean']:.3f} s/cycle (median {floor['median']:.3f}, "
+              f"min {floor['min']:.3f}, max {floor['max']:.3f}; {os.path.basename(stock)})")
     print(f"raw QEMU+QMP S3 loop : {raw['mean']:.3f} s/cycle (median {raw['median']:.3f}, "
-          f"min {raw['min']:.3f}, max {raw['max']:.3f})")
+          f"min {raw['min']:.3f}, max {raw['max']:.3f})"
+          + (f"; {result['kernel_ratio']:.2f}x the stock floor" if stock_times else ""))
     print(f"pmlab harness S3     : {harness['mean']:.3f} s/cycle (median {harness['median']:.3f}, "
           f"min {harness['min']:.3f}, max {harness['max']:.3f}; records: {rundir.path})")
     verdict = "OK" if result["within_target"] else "OVER TARGET"
