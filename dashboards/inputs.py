@@ -24,7 +24,6 @@ import os
 from dashboards import schemas
 from lab import records as records_module
 from lab.records import cycles_path
-from lab.trace import split_device_id
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
 PER_DEVICE = ("callbacks", "pmtest")
@@ -34,6 +33,7 @@ PER_ENTRY = PER_DEVICE + ("host_phases",)  # a bad entry drops that entry, not t
 class Inputs:
     def __init__(self):
         self.cycles = []          # normalised cycles, merged
+        self.records = []         # their raw records, in the same order
         self.errors = []          # {"file", "line", "message"}
         self.excluded = 0         # cycles dropped because their last line was invalid
         self.manifests = {}       # run id -> [manifest, ...]
@@ -139,21 +139,10 @@ def epoch(stamp):
     return moment.timestamp()
 
 
-def _callbacks(value):
-    """{device: [{"cb", "driver", "t", "us", "err"}]} from either record shape;
-    a compact triple's driver is the one in its device's identity (lab.trace)."""
-    out = {}
-    for device, calls in (value or {}).items():
-        normal = []
-        for call in calls:
-            if isinstance(call, dict):
-                normal.append({"cb": call["cb"], "driver": _str(call.get("driver")), "t": _number(call.get("t")),
-                               "us": _number(call["us"]), "err": call["err"]})
-            else:
-                normal.append({"cb": call[0], "driver": split_device_id(device)[1], "t": None,
-                               "us": _number(call[1]), "err": call[2]})
-        out[device] = normal
-    return out
+def _callback_errors(record):
+    """The failed callbacks of the record's callbacks (lab.records reads
+    every record version), start times made safe for sorting."""
+    return [dict(call, t=_number(call["t"])) for call in records_module.callback_errors(record)]
 
 
 def normalise(record, default_run_id, manifest):
@@ -183,7 +172,7 @@ def normalise(record, default_run_id, manifest):
         "evidence": _strings(record.get("evidence")),
         "ordering_violations": violations if isinstance(violations, list) else [],
         "suspend_stats_delta": record.get("suspend_stats_delta") or {},
-        "callbacks": _callbacks(record.get("callbacks")),
+        "callback_errors": _callback_errors(record),
         "commit": _str(record.get("project_commit")) or _str((manifest.get("project") or {}).get("commit")),
         "series_hash": _str(kernel.get("series_hash")) or _str(manifest_kernel.get("series_hash")),
         "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
@@ -308,7 +297,14 @@ def read_cycles_file(path, inputs, manifest):
     for record in kept:
         run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
             else default_run_id
-        out[(run_id, record["cycle"])] = (normalise(record, default_run_id, manifest), record)
+        try:
+            cycle = normalise(record, default_run_id, manifest)
+        except records_module.RecordError as error:  # its run lost the shared callback layout
+            inputs.error(path, None, str(error))
+            for field in ("callback_table", "callbacks"):
+                record.pop(field, None)
+            cycle = normalise(record, default_run_id, manifest)
+        out[(run_id, record["cycle"])] = (cycle, record)
     return out
 
 
@@ -342,5 +338,7 @@ def load(paths):
                 inputs.error(second, None, f"cycle {key[1]} of run {key[0]} is also in {first}, differently")
             if rank < previous_rank:
                 merged[key] = (cycle, record, cycles_file)
-    inputs.cycles = [merged[key][0] for key in sorted(merged, key=lambda k: (k[0], k[1]))]
+    order = sorted(merged, key=lambda k: (k[0], k[1]))
+    inputs.cycles = [merged[key][0] for key in order]
+    inputs.records = [merged[key][1] for key in order]  # the raw records, for the callback latencies
     return inputs

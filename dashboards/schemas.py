@@ -8,7 +8,7 @@ import jsonschema
 
 DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema")
 
-CYCLE_RECORD = "cycle-record.v2.json"
+CYCLE_RECORD = "cycle-record.v3.json"
 RUN_SUMMARY = "run-summary.v1.json"
 RUN_MANIFEST = "run-manifest.v1.json"
 DASHBOARD = "dashboard.v1.json"
