@@ -55,7 +55,7 @@ def write_lines(path, lines):
 def test_schemas_are_valid_and_accept_real_records(recorded, tmp_path):
     for name in (schemas.CYCLE_RECORD, schemas.RUN_SUMMARY, schemas.RUN_MANIFEST, schemas.DASHBOARD):
         schemas.validator(name)  # check_schema raises on a broken schema
-    for record in testing.recorded_records() + recorded + testing.compact(recorded):
+    for record in testing.recorded_records() + recorded + testing.compact(recorded) + testing.version3(recorded):
         assert schemas.errors(schemas.CYCLE_RECORD, record) == [], record["cycle"]
         assert schemas.errors(schemas.CYCLE_RECORD, testing.started_line(record)) == []
     run = single_run(tmp_path, recorded)
@@ -181,10 +181,11 @@ def test_failing_device_is_the_same_from_every_source(recorded, number):
     from_stats = {k: v for k, v in full.items() if k != "callbacks"}
     from_stats["reason"] = None
     from_reason = {k: v for k, v in full.items() if k not in ("callbacks", "suspend_stats_delta")}
+    compact = testing.version3([from_callbacks])[0]
     found = [buckets.classify(inputs.normalise(copy.deepcopy(r), "x", None))
-             for r in (full, from_callbacks, from_fields, from_stats, from_reason)]
+             for r in (full, from_callbacks, from_fields, from_stats, from_reason, compact)]
     assert found[0][0].startswith("fail-in-") and found[0][0].endswith(":EIO")
-    assert found[:3] == [found[0]] * 3 and " (pmtest_" in found[0][0]  # name and driver
+    assert found[:3] == [found[0]] * 3 and found[5] == found[0] and " (pmtest_" in found[0][0]  # name and driver
     # suspend_stats and a version 1 reason know the name only
     assert found[3] == found[4] == [found[0][0].split(" (")[0] + ":EIO"]
     bare = {k: v for k, v in from_reason.items() if k != "reason"}
@@ -272,11 +273,35 @@ def test_callback_latency_per_device_and_phase(recorded, tmp_path):
     assert {(d, p) for d, block in devices.items() for p, s in block["phases"].items() if s["errors"]} == failed
 
 
-def test_both_callback_shapes_give_the_same_latency(recorded, tmp_path):
+def test_every_callback_shape_gives_the_same_latency(recorded, tmp_path):
     full = dashboard_of(single_run(tmp_path / "a", recorded))["latency"]
     triples = dashboard_of(single_run(tmp_path / "b", testing.compact(recorded)))["latency"]
     assert full["devices"]["0000:00:10.0 (pmtest_edu)"]["driver"] == "pmtest_edu"
     assert full == triples  # a triple's driver is in its device's identity
+    assert dashboard_of(single_run(tmp_path / "c", testing.version3(recorded)))["latency"] == full
+
+
+def test_every_record_version_gives_the_same_dashboard(recorded, tmp_path):
+    """Version 1 objects, version 2 triples and version 3 compact records of
+    the same cycles: one dashboard."""
+    dashboards = [dashboard_of(single_run(tmp_path / name, records)) for name, records in
+                  (("v1", recorded), ("v2", testing.compact(recorded)), ("v3", testing.version3(recorded)))]
+    assert dashboards[0]["latency"]["devices"] and not dashboards[0]["input_errors"]
+    assert dashboards[1] == dashboards[0] and dashboards[2] == dashboards[0]
+
+
+def test_version3_run_without_its_shared_file_is_reported(recorded, tmp_path):
+    from lab import records as record_format
+
+    run = single_run(tmp_path / "r", testing.version3(recorded))
+    os.unlink(os.path.join(run, record_format.SHARED_FILE))
+    record_format._shared_files.clear()
+    record_format._shared.clear()  # a fresh process: only the run's own files count
+    record_format._layout_columns.clear()
+    dashboard = dashboard_of(run)
+    assert dashboard["inputs"]["cycles"] == len(recorded)
+    assert any("shared.jsonl" in error["message"] for error in dashboard["input_errors"])
+    assert dashboard["latency"]["devices"] == {}
 
 
 def test_unfinished_callback_is_counted(recorded, tmp_path):
