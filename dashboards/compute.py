@@ -144,27 +144,29 @@ def latency_counts(raw_records):
     phase), "drivers": {device: set}}. Counting values instead of listing
     them keeps the exact percentiles and is small (most callbacks take a few
     microseconds)."""
-    us, errors, drivers = collections.Counter(), collections.Counter(), {}
-    seen = {}  # id(calls) -> calls: whose drivers are in already (kept alive so ids stay unique)
+    counted, errors, drivers = collections.Counter(), collections.Counter(), {}
+    key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
+    layouts = {}    # id(calls) -> (calls, key index per row); calls kept alive so ids stay unique
     for record in raw_records:
         calls, durations, failed = records.callback_columns(record)
-        keys = _row_keys.get(id(calls))
-        if keys is None or keys[0] is not calls:
-            keys = (calls, tuple((device, buckets.callback_phase(cb)) for device, cb, _ in calls))
-            if len(_row_keys) > 64:
-                _row_keys.clear()
-            _row_keys[id(calls)] = keys
-        if id(calls) not in seen:
-            seen[id(calls)] = calls
+        layout = layouts.get(id(calls))
+        if layout is None:
+            rows = tuple(key_index.setdefault((device, buckets.callback_phase(cb)), len(key_index))
+                         for device, cb, _ in calls)
+            layout = (calls, rows)
+            if len(layouts) < 256:  # version 3 shares a few; older records each have their own
+                layouts[id(calls)] = layout
             for device, _, driver in calls:
                 if driver:
                     drivers.setdefault(device, set()).add(driver)
-        us.update(zip(keys[1], durations))
-        errors.update(keys[1][row] for row in failed)
-    return {"us": us, "errors": errors, "drivers": drivers}
-
-
-_row_keys = {}  # id(calls tuple) -> (calls, (device, phase) per row): one per callback layout
+        counted.update(zip(layout[1], durations))
+        errors.update(layout[1][row] for row in failed)
+    names = list(key_index)
+    us = collections.Counter()
+    for (index, value), n in counted.items():
+        us[(names[index], value)] += n
+    return {"us": us, "errors": collections.Counter({names[index]: n for index, n in errors.items()}),
+            "drivers": drivers}
 
 
 def merge_latency_counts(parts):

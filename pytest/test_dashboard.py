@@ -802,3 +802,33 @@ def test_injected_failures_are_counted_not_judged(recorded, tmp_path):
     (build,) = board["trends"]["builds"]
     assert build["modes"]["mem"]["first_fail"]["cycle"] == 10  # the one not provoked
     assert schemas.errors(schemas.DASHBOARD, board) == []
+
+
+def test_fast_schema_check_agrees_with_jsonschema(recorded):
+    """schemas.is_valid (the dashboard's compiled check) accepts exactly what
+    jsonschema accepts: on real records of every version and on thousands of
+    copies with one field, or one item inside it, replaced by an odd value."""
+    odd = [None, True, False, 0, 1, -1, 1.0, 2.5, -0.5, float("nan"), float("inf"), -float("inf"), "", "x",
+           "done", "pass", [], [1], ["a", 1.5], [["sent", 1.0]], [[1, -5]], [["a", "b"]], {}, {"a": 1},
+           {"a": "b"}, {"layout": "k", "us": "", "err": []}, 3, 2]
+    rng = random.Random(12)
+    base = [r for r in testing.recorded_records() + testing.version3(recorded) + testing.compact(recorded)]
+    samples = [{k: v for k, v in r.items() if k not in inputs.PER_DEVICE} for r in base]
+    for _ in range(3000):
+        record = copy.deepcopy(rng.choice(base))
+        record = {k: v for k, v in record.items() if k not in inputs.PER_DEVICE}
+        field = rng.choice(sorted(record) + ["record_version", "callback_table", "evidence_lines", "verdict"])
+        value = record.get(field)
+        if isinstance(value, list) and value and rng.random() < 0.5:
+            value[rng.randrange(len(value))] = rng.choice(odd)
+        elif isinstance(value, dict) and value and rng.random() < 0.5:
+            value[rng.choice(sorted(value))] = rng.choice(odd)
+        elif rng.random() < 0.1:
+            record.pop(field, None)
+        else:
+            record[field] = copy.deepcopy(rng.choice(odd))
+        samples.append(record)
+    disagree = [r for r in samples
+                if schemas.is_valid(schemas.CYCLE_RECORD, r) != (not schemas.errors(schemas.CYCLE_RECORD, r))]
+    assert not disagree, disagree[:1]
+    assert sum(not schemas.is_valid(schemas.CYCLE_RECORD, r) for r in samples) > 1000  # the mutations bite
