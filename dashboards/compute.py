@@ -37,6 +37,8 @@ same dashboard.
 
 import argparse
 import collections
+import functools
+import hashlib
 import json
 import math
 import os
@@ -360,11 +362,14 @@ def manifest_brief(manifest):
 
 # ------------------------------------------------------------------ entry points
 
-def build(loaded):
-    """The dashboard dict from dashboards.inputs.load() output."""
+def build(loaded, latency_counted=None):
+    """The dashboard dict from dashboards.inputs.load() output (and, when the
+    caller has it, the latency counts of its cycles)."""
     cycles = loaded.cycles
     for cycle in cycles:
         cycle["buckets"] = buckets.classify(cycle)
+    if latency_counted is None:
+        latency_counted = latency_counts(loaded.records)
     return {
         "schema": SCHEMA,
         "inputs": {"cycles": len(cycles), "runs": len({c["run_id"] for c in cycles}),
@@ -377,7 +382,7 @@ def build(loaded):
         "success": success(cycles),
         "buckets": bucket_section(cycles),
         "failures": failures(cycles),
-        "latency": latency(latency_counts(loaded.records)),
+        "latency": latency(latency_counted),
         "timing": timing(cycles),
         "host_time": host_time(cycles),
         "harness_memory": harness_memory(cycles),
@@ -386,8 +391,132 @@ def build(loaded):
     }
 
 
-def compute(paths):
-    return build(inputs_module.load(paths))
+# ------------------------------------------------------------------ the per-run cache
+
+# A run's cycles, normalised, and their callback latencies as counts
+# (latency_counts) are kept in RUN_DIR/dashboard-cache.json, valid while the
+# run's cycles file (size, mtime, lines), shared.jsonl, manifest.json, the
+# run directory's name and this code (CODE_FILES) are the same. A dashboard
+# over many runs then reads only the runs that changed. The counts of all
+# runs add up to those of a recompute; a cycle that is also in another file
+# and lost to that copy (inputs.load) makes its file counted again from its
+# records. The merged dashboard equals the full recompute
+# (pytest/test_dashboard.py, dashboards/bench-compute).
+
+CACHE_FILE = "dashboard-cache.json"
+CODE_FILES = ("dashboards/compute.py", "dashboards/inputs.py", "dashboards/buckets.py", "dashboards/schemas.py",
+              "dashboards/schema/" + inputs_module.schemas.CYCLE_RECORD, "dashboards/schema/run-manifest.v1.json",
+              "lab/records.py", "lab/trace.py", "lab/console.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=None)
+def code_version():
+    digest = hashlib.sha256()
+    for name in CODE_FILES:
+        with open(os.path.join(REPO, name), "rb") as source:
+            digest.update(name.encode() + b"\0" + source.read() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def _stamp(path):
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [status.st_size, status.st_mtime_ns]
+
+
+def cache_key(cycles_file, manifest):
+    run_dir = os.path.dirname(os.path.abspath(cycles_file))
+    with open(cycles_file, "rb") as source:
+        lines = source.read().count(b"\n")
+    return {"code": code_version(), "cycles": _stamp(cycles_file), "lines": lines,
+            "shared": _stamp(records.shared_path(cycles_file)), "run_dir": os.path.basename(run_dir),
+            "manifest": hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()}
+
+
+def _counts_to_json(counted):
+    return {"us": [[device, phase, value, n] for ((device, phase), value), n in counted["us"].items()],
+            "errors": [[device, phase, n] for (device, phase), n in counted["errors"].items()],
+            "drivers": {device: sorted(names) for device, names in counted["drivers"].items()}}
+
+
+def _counts_from_json(data):
+    return {"us": collections.Counter({((device, phase), value): n for device, phase, value, n in data["us"]}),
+            "errors": collections.Counter({(device, phase): n for device, phase, n in data["errors"]}),
+            "drivers": {device: set(names) for device, names in data["drivers"].items()}}
+
+
+def _cached_cycle(cycle):
+    """What the dashboard uses of a normalised cycle: its evidence serves
+    only to find lines about callback order (buckets)."""
+    return dict(cycle, evidence=[line for line in cycle["evidence"] if buckets.ORDERING_LINE.search(line)])
+
+
+def read_part_cached(cycles_file, manifest):
+    """inputs.read_part with RUN_DIR/dashboard-cache.json (best effort: a
+    cache that cannot be read or written is a recompute, never an error)."""
+    try:
+        key = cache_key(cycles_file, manifest)
+    except OSError:
+        return inputs_module.read_part(cycles_file, manifest)
+    path = os.path.join(os.path.dirname(os.path.abspath(cycles_file)), CACHE_FILE)
+    try:
+        with open(path) as source:
+            cached = json.load(source)
+        if cached.get("key") == key:
+            part = inputs_module.Part(cycles_file)
+            part.problems = [tuple(item) for item in cached["problems"]]
+            part.excluded = cached["excluded"]
+            part.entries = {(run_id, number): (cycle, rank, None) for run_id, number, cycle, rank in cached["entries"]}
+            part.latency = _counts_from_json(cached["latency"])
+            return part
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    part = inputs_module.read_part(cycles_file, manifest)
+    part.latency = latency_counts(record for _, _, record in part.entries.values())
+    data = {"key": key, "problems": part.problems, "excluded": part.excluded,
+            "entries": [[run_id, number, _cached_cycle(cycle), rank]
+                        for (run_id, number), (cycle, rank, _) in part.entries.items()],
+            "latency": _counts_to_json(part.latency)}
+    temporary = f"{path}.{os.getpid()}"
+    try:
+        with open(temporary, "w") as out:
+            json.dump(data, out, separators=(",", ":"))
+        os.replace(temporary, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+    return part
+
+
+def merged_latency_counts(loaded):
+    """The latency counts of the loaded cycles from the parts' own counts; a
+    part that lost a cycle to a copy elsewhere is counted from its records."""
+    parts = []
+    for part in loaded.parts:
+        lost = loaded.lost.get(part.path)
+        if part.latency is not None and not lost:
+            parts.append(part.latency)
+            continue
+        entries = part.entries
+        if any(record is None for _, _, record in entries.values()):
+            entries = inputs_module.read_part(part.path, None).entries  # the records behind a cached part
+        gone = set(lost or ())
+        parts.append(latency_counts(record for key, (_, _, record) in entries.items() if key not in gone))
+    return merge_latency_counts(parts)
+
+
+def compute(paths, cache=False):
+    """The dashboard of the runs under paths; cache: use and keep the per-run
+    caches (RUN_DIR/dashboard-cache.json)."""
+    if not cache:
+        return build(inputs_module.load(paths))
+    loaded = inputs_module.load(paths, read=read_part_cached)
+    return build(loaded, merged_latency_counts(loaded))
 
 
 def dumps(dashboard):
@@ -400,8 +529,10 @@ def main(argv=None):
                         help="a results directory (every run under it), a run directory or a cycles.jsonl")
     parser.add_argument("-o", "--output", help="write here (default: stdout)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="recompute every run (default: reuse and keep RUN_DIR/dashboard-cache.json)")
     args = parser.parse_args(argv)
-    dashboard = compute(args.paths)
+    dashboard = compute(args.paths, cache=not args.no_cache)
     for error in dashboard["input_errors"]:
         where = error["file"] + (f":{error['line']}" if error["line"] else "")
         print(f"{where}: {error['message']}", file=sys.stderr)

@@ -832,3 +832,86 @@ def test_fast_schema_check_agrees_with_jsonschema(recorded):
                 if schemas.is_valid(schemas.CYCLE_RECORD, r) != (not schemas.errors(schemas.CYCLE_RECORD, r))]
     assert not disagree, disagree[:1]
     assert sum(not schemas.is_valid(schemas.CYCLE_RECORD, r) for r in samples) > 1000  # the mutations bite
+
+
+# ------------------------------------------------------------------ the per-run cache
+
+def cached_dashboard(*paths):
+    return compute.compute([str(p) for p in paths], cache=True)
+
+
+def counting_reads(monkeypatch):
+    """The cycles files read in full (not from a cache) from now on."""
+    read = []
+    original = inputs.read_part
+
+    def counted(path, manifest):
+        read.append(os.path.basename(os.path.dirname(path)))
+        return original(path, manifest)
+    monkeypatch.setattr(inputs, "read_part", counted)
+    return read
+
+
+def test_cached_dashboard_equals_the_recompute_and_a_new_run_reads_only_itself(recorded, tmp_path, monkeypatch):
+    """Runs of every record version, one with a failing and an unfinished
+    cycle: cold, warm and after one more run the cached dashboard is the
+    recompute's, percentiles included; a warm run is not read again."""
+    root = tmp_path / "results"
+    runs = {"a-v1": recorded, "b-v2": testing.compact(recorded), "c-v3": testing.version3(recorded)}
+    for offset, (run_id, records) in enumerate(runs.items()):
+        moved = [dict(r, cycle=r["cycle"] + 1000 * offset,
+                      host_start=r["host_start"].replace("T13:", f"T{14 + offset}:")) for r in records]
+        testing.write_run(str(root), run_id, moved)
+    assert not list(root.glob(f"*/{compute.CACHE_FILE}"))
+    expected = compute.dumps(dashboard_of(root))
+    assert json.loads(expected)["latency"]["top_p95"]
+    read = counting_reads(monkeypatch)
+    assert compute.dumps(cached_dashboard(root)) == expected
+    assert sorted(read) == ["a-v1", "b-v2", "c-v3"] and len([c for c in root.glob(f"*/{compute.CACHE_FILE}") if not c.parent.is_symlink()]) == 3
+    read.clear()
+    assert compute.dumps(cached_dashboard(root)) == expected and read == []
+    # a new night: only it is read
+    extra = [dict(r, cycle=r["cycle"] + 5000, host_start=r["host_start"].replace("T13:", "T20:"))
+             for r in testing.version3(recorded)]
+    testing.write_run(str(root), "d-new", extra)
+    assert compute.dumps(cached_dashboard(root)) == compute.dumps(dashboard_of(root)) != expected
+    assert read == ["d-new"]
+    # a run that changed is read again
+    read.clear()
+    testing.write_run(str(root), "a-v1", [dict(recorded[0], cycle=999)], summary=False)
+    assert compute.dumps(cached_dashboard(root)) == compute.dumps(dashboard_of(root))
+    assert read == ["a-v1"]
+
+
+def test_cached_shards_with_overlapping_cycles_equal_the_recompute(recorded, tmp_path):
+    """The same cycles in two files (a started copy and a done one, or two
+    done copies): the copy that loses must not count in the latencies."""
+    root = tmp_path / "results"
+    done = testing.version3(recorded)
+    first = [dict(r, run_id="r") for r in done]
+    second = [dict(r, run_id="r", status="started") if r["cycle"] % 2 else dict(r, run_id="r", suspend_ms=1.0)
+              for r in testing.compact(recorded)]
+    testing.write_run(str(root), "r-shard1", first)
+    testing.write_run(str(root), "r-shard2", second)
+    expected = compute.dumps(dashboard_of(root))
+    assert compute.dumps(cached_dashboard(root)) == expected  # cold
+    assert compute.dumps(cached_dashboard(root)) == expected  # from the caches
+    board = json.loads(expected)
+    assert board["inputs"]["cycles"] == len(recorded) and board["input_errors"]  # the differing copies
+
+
+def test_a_cache_from_other_code_or_damaged_is_not_used(recorded, tmp_path, monkeypatch):
+    run = single_run(tmp_path, testing.version3(recorded))
+    expected = compute.dumps(dashboard_of(run))
+    cached_dashboard(run)
+    cache = os.path.join(run, compute.CACHE_FILE)
+    data = json.loads(open(cache).read())
+    data["key"]["code"] = "older"
+    data["entries"] = []
+    with open(cache, "w") as out:
+        json.dump(data, out)
+    read = counting_reads(monkeypatch)
+    assert compute.dumps(cached_dashboard(run)) == expected and read == ["recording"]
+    with open(cache, "w") as out:
+        out.write("{not json")
+    assert compute.dumps(cached_dashboard(run)) == expected and read == ["recording"] * 2
