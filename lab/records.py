@@ -2,6 +2,11 @@
 summary.json. The layers above lab (the dashboard, the pipelines) read,
 write and count cycle records through this module only.
 
+Record version 3 keeps the per-device callbacks and the pmtest log compact,
+with what repeats stored once in the run's shared.jsonl (see "compact
+fields"); callbacks(), callback_columns(), callback_errors() and pmtest() are
+the only readers of those fields, for every record version.
+
 The file. Each cycle is appended twice: once as it starts (status
 "started") and once when it ends (status "done", same cycle number). Every
 line is flushed and fsynced as written, so a guest or host that dies
