@@ -104,7 +104,7 @@ def main(argv=None):
                                                            for r in templates_v2]
             count = 600
             sizes[label] = run_bytes(write_night(root, "size", templates, 1, count, 1.8e9)) / count
-        print(f"record bytes per passing cycle (started + done line + shared.jsonl; the recorded run's mix: "
+        print("record bytes per passing cycle (started + done line + shared.jsonl; the recorded run's mix: "
               f"mem 3, freeze 2, disk 1):")
         for label, size in sizes.items():
             print(f"  {label:<20} {size:9.0f} B   ratio to v2 {size / sizes['v2']:.3f}")
@@ -127,7 +127,7 @@ def main(argv=None):
             count = per_night if night < args.nights - 1 else args.records - per_night * (args.nights - 1)
             nights.append(write_night(root, f"night-{night + 1:02d}", templates, night * per_night + 1, count,
                                       start + night * 86400))
-        old, new = nights[:-1], nights[-1]
+        old = nights[:-1]  # the last night is the new one
         output = os.path.join(work, "dashboard.json")
         full = timed_compute(nights, output, cache=False)
         with open(output) as source:
