@@ -105,7 +105,7 @@ def main(argv=None):
             count = 600
             sizes[label] = run_bytes(write_night(root, "size", templates, 1, count, 1.8e9)) / count
         print("record bytes per passing cycle (started + done line + shared.jsonl; the recorded run's mix: "
-              f"mem 3, freeze 2, disk 1):")
+              f"mem 3, freeze 2, disk 1; shared.jsonl spread over {count}-cycle runs):")
         for label, size in sizes.items():
             print(f"  {label:<20} {size:9.0f} B   ratio to v2 {size / sizes['v2']:.3f}")
         per_mode = {}
