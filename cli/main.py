@@ -124,10 +124,13 @@ def dashboard(argv):
     options.add_results(parser, run_id_help=None)
     parser.add_argument("-o", "--output", help="dashboard JSON (default RESULTS/dashboard.json)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="recompute every run (default: reuse each run's dashboard-cache.json)")
     args = parser.parse_args(argv)
     os.makedirs(args.results, exist_ok=True)
     output = args.output or os.path.join(args.results, "dashboard.json")
-    code = compute.main((args.paths or [args.results]) + ["-o", output] + (["--strict"] if args.strict else []))
+    code = compute.main((args.paths or [args.results]) + ["-o", output] + (["--strict"] if args.strict else [])
+                        + (["--no-cache"] if args.no_cache else []))
     if code not in (0, None) and not os.path.isfile(output):
         return code
     rendered = render.main([output])

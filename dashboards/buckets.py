@@ -6,7 +6,7 @@ one verdict bucket plus flag buckets:
 
   verdict buckets (one at most, from verdict / phase / reason):
     fail-in-<phase>:<device>:<errno>   a callback returned an error (device and
-                                       errno from the callbacks field, else
+                                       errno from the callbacks (lab.records), else
                                        suspend_stats, else the record's
                                        failed_callbacks, lab.records)
     fail-in-<phase>                    failed, no failing device known
@@ -29,11 +29,13 @@ import errno
 import functools
 import re
 
+from lab.console import ORDERING
+
 VERDICT_KINDS = ("fail", "fake-sleep", "hang", "unfinished", "error")
 FLAG_KINDS = ("kernel-warning", "ordering-violation")
 
 KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
-ORDERING_LINE = re.compile(r"should not be sleeping|ordering violation", re.IGNORECASE)
+ORDERING_LINE = ORDERING  # lab.console's: a passing cycle's record keeps such lines under --keep failures
 PHASE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -62,14 +64,10 @@ def callback_phase(label):
 
 def failing_device(cycle):
     """(device, errno int) of the callback that failed first, or None."""
-    failed = []
-    for order, (device, calls) in enumerate(cycle["callbacks"].items()):
-        for index, call in enumerate(calls):
-            if call["err"]:
-                when = call["t"] if call["t"] is not None else float("inf")
-                failed.append((when, order, index, device, call["err"]))
+    failed = [(call["t"] if call["t"] is not None else float("inf"), order, call["device"], call["err"])
+              for order, call in enumerate(cycle["callback_errors"])]
     if failed:
-        _, _, _, device, err = min(failed)
+        _, _, device, err = min(failed)
         return device, err
     stats = cycle.get("suspend_stats_delta") or {}
     counted = any(isinstance(v, int) and v > 0 for k, v in stats.items() if k.startswith("failed_"))

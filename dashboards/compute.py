@@ -36,6 +36,9 @@ same dashboard.
 """
 
 import argparse
+import collections
+import functools
+import hashlib
 import json
 import math
 import os
@@ -137,34 +140,84 @@ def failures(cycles):
     return {"total": len(failed), "shown": len(rows), "cycles": rows}
 
 
-def latency(cycles):
-    samples = {}  # (device, phase) -> {"us": [...], "errors": n, "unfinished": n}
-    drivers = {}
-    for cycle in cycles:
-        for device, calls in cycle["callbacks"].items():
-            for call in calls:
-                phase = buckets.callback_phase(call["cb"])
-                entry = samples.setdefault((device, phase), {"us": [], "errors": 0, "unfinished": 0})
-                if call["us"] is None:
-                    entry["unfinished"] += 1
-                else:
-                    entry["us"].append(call["us"])
-                if call["err"]:
-                    entry["errors"] += 1
-                if call["driver"]:
-                    drivers.setdefault(device, set()).add(call["driver"])
+def latency_counts(raw_records):
+    """The callback latencies of raw records, mergeable: {"us": Counter of
+    ((device, phase), microseconds or None), "errors": Counter of (device,
+    phase), "drivers": {device: set}}. Counting values instead of listing
+    them keeps the exact percentiles and is small (most callbacks take a few
+    microseconds)."""
+    counted, errors, drivers = collections.Counter(), collections.Counter(), {}
+    key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
+    layouts = {}    # id(calls) -> (calls, key index per row); calls kept alive so ids stay unique
+    for record in raw_records:
+        calls, durations, failed = records.callback_columns(record)
+        layout = layouts.get(id(calls))
+        if layout is None:
+            rows = tuple(key_index.setdefault((device, buckets.callback_phase(cb)), len(key_index))
+                         for device, cb, _ in calls)
+            layout = (calls, rows)
+            if len(layouts) < 256:  # version 3 shares a few; older records each have their own
+                layouts[id(calls)] = layout
+            for device, _, driver in calls:
+                if driver:
+                    drivers.setdefault(device, set()).add(driver)
+        counted.update(zip(layout[1], durations))
+        errors.update(layout[1][row] for row in failed)
+    names = list(key_index)
+    us = collections.Counter()
+    for (index, value), n in counted.items():
+        us[(names[index], value)] += n
+    return {"us": us, "errors": collections.Counter({names[index]: n for index, n in errors.items()}),
+            "drivers": drivers}
+
+
+def merge_latency_counts(parts):
+    us, errors, drivers = collections.Counter(), collections.Counter(), {}
+    for part in parts:
+        us.update(part["us"])
+        errors.update(part["errors"])
+        for device, names in part["drivers"].items():
+            drivers.setdefault(device, set()).update(names)
+    return {"us": us, "errors": errors, "drivers": drivers}
+
+
+def _counted_rank(counts, rank):
+    """The rank-th (from 1) value of the sorted values counted in [(value, n)]."""
+    for value, n in counts:
+        rank -= n
+        if rank <= 0:
+            return value
+    raise IndexError(rank)
+
+
+def latency(counted):
+    """The latency section from latency_counts()."""
+    samples = {}  # (device, phase) -> {"us": [(value, n)], "errors": n, "unfinished": n}
+    for (key, value), n in counted["us"].items():
+        entry = samples.setdefault(key, {"us": [], "errors": 0, "unfinished": 0})
+        if value is None or not math.isfinite(value):
+            entry["unfinished"] += n
+        else:
+            entry["us"].append((value, n))
+    for key, n in counted["errors"].items():
+        samples.setdefault(key, {"us": [], "errors": 0, "unfinished": 0})["errors"] += n
     devices = {}
     rows = []
     for (device, phase), entry in samples.items():
         ordered = sorted(entry["us"])
-        stats = {"n": len(ordered), "errors": entry["errors"], "unfinished": entry["unfinished"],
-                 "median": round(statistics.median(ordered), 1) if ordered else None,
-                 "p95": round(nearest_rank(ordered, 0.95), 1) if ordered else None,
-                 "max": round(ordered[-1], 1) if ordered else None}
-        block = devices.setdefault(device, {"driver": ",".join(sorted(drivers.get(device, ()))) or None,
+        total = sum(n for _, n in ordered)
+        if total:
+            middle = (_counted_rank(ordered, (total + 1) // 2) + _counted_rank(ordered, total // 2 + 1)) / 2 \
+                if total % 2 == 0 else _counted_rank(ordered, (total + 1) // 2)
+            median, p95, top = middle, _counted_rank(ordered, max(1, math.ceil(0.95 * total))), ordered[-1][0]
+        stats = {"n": total, "errors": entry["errors"], "unfinished": entry["unfinished"],
+                 "median": round(median, 1) if total else None,
+                 "p95": round(p95, 1) if total else None,
+                 "max": round(top, 1) if total else None}
+        block = devices.setdefault(device, {"driver": ",".join(sorted(counted["drivers"].get(device, ()))) or None,
                                             "phases": {}})
         block["phases"][phase] = stats
-        if ordered:
+        if total:
             rows.append({"device": device, "driver": block["driver"], "phase": phase, **stats})
     rows.sort(key=lambda r: (-r["p95"], -r["max"], r["device"], r["phase"]))
     return {"unit": "us", "devices": devices, "top_p95": rows[:TOP_N]}
@@ -309,11 +362,14 @@ def manifest_brief(manifest):
 
 # ------------------------------------------------------------------ entry points
 
-def build(loaded):
-    """The dashboard dict from dashboards.inputs.load() output."""
+def build(loaded, latency_counted=None):
+    """The dashboard dict from dashboards.inputs.load() output (and, when the
+    caller has it, the latency counts of its cycles)."""
     cycles = loaded.cycles
     for cycle in cycles:
         cycle["buckets"] = buckets.classify(cycle)
+    if latency_counted is None:
+        latency_counted = latency_counts(loaded.records)
     return {
         "schema": SCHEMA,
         "inputs": {"cycles": len(cycles), "runs": len({c["run_id"] for c in cycles}),
@@ -326,7 +382,7 @@ def build(loaded):
         "success": success(cycles),
         "buckets": bucket_section(cycles),
         "failures": failures(cycles),
-        "latency": latency(cycles),
+        "latency": latency(latency_counted),
         "timing": timing(cycles),
         "host_time": host_time(cycles),
         "harness_memory": harness_memory(cycles),
@@ -335,8 +391,132 @@ def build(loaded):
     }
 
 
-def compute(paths):
-    return build(inputs_module.load(paths))
+# ------------------------------------------------------------------ the per-run cache
+
+# A run's cycles, normalised, and their callback latencies as counts
+# (latency_counts) are kept in RUN_DIR/dashboard-cache.json, valid while the
+# run's cycles file (size, mtime, lines), shared.jsonl, manifest.json, the
+# run directory's name and this code (CODE_FILES) are the same. A dashboard
+# over many runs then reads only the runs that changed. The counts of all
+# runs add up to those of a recompute; a cycle that is also in another file
+# and lost to that copy (inputs.load) makes its file counted again from its
+# records. The merged dashboard equals the full recompute
+# (pytest/test_dashboard.py, dashboards/bench-compute).
+
+CACHE_FILE = "dashboard-cache.json"
+CODE_FILES = ("dashboards/compute.py", "dashboards/inputs.py", "dashboards/buckets.py", "dashboards/schemas.py",
+              "dashboards/schema/" + inputs_module.schemas.CYCLE_RECORD, "dashboards/schema/run-manifest.v1.json",
+              "lab/records.py", "lab/trace.py", "lab/console.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=None)
+def code_version():
+    digest = hashlib.sha256()
+    for name in CODE_FILES:
+        with open(os.path.join(REPO, name), "rb") as source:
+            digest.update(name.encode() + b"\0" + source.read() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def _stamp(path):
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [status.st_size, status.st_mtime_ns]
+
+
+def cache_key(cycles_file, manifest):
+    run_dir = os.path.dirname(os.path.abspath(cycles_file))
+    with open(cycles_file, "rb") as source:
+        lines = source.read().count(b"\n")
+    return {"code": code_version(), "cycles": _stamp(cycles_file), "lines": lines,
+            "shared": _stamp(records.shared_path(cycles_file)), "run_dir": os.path.basename(run_dir),
+            "manifest": hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()}
+
+
+def _counts_to_json(counted):
+    return {"us": [[device, phase, value, n] for ((device, phase), value), n in counted["us"].items()],
+            "errors": [[device, phase, n] for (device, phase), n in counted["errors"].items()],
+            "drivers": {device: sorted(names) for device, names in counted["drivers"].items()}}
+
+
+def _counts_from_json(data):
+    return {"us": collections.Counter({((device, phase), value): n for device, phase, value, n in data["us"]}),
+            "errors": collections.Counter({(device, phase): n for device, phase, n in data["errors"]}),
+            "drivers": {device: set(names) for device, names in data["drivers"].items()}}
+
+
+def _cached_cycle(cycle):
+    """What the dashboard uses of a normalised cycle: its evidence serves
+    only to find lines about callback order (buckets)."""
+    return dict(cycle, evidence=[line for line in cycle["evidence"] if buckets.ORDERING_LINE.search(line)])
+
+
+def read_part_cached(cycles_file, manifest):
+    """inputs.read_part with RUN_DIR/dashboard-cache.json (best effort: a
+    cache that cannot be read or written is a recompute, never an error)."""
+    try:
+        key = cache_key(cycles_file, manifest)
+    except OSError:
+        return inputs_module.read_part(cycles_file, manifest)
+    path = os.path.join(os.path.dirname(os.path.abspath(cycles_file)), CACHE_FILE)
+    try:
+        with open(path) as source:
+            cached = json.load(source)
+        if cached.get("key") == key:
+            part = inputs_module.Part(cycles_file)
+            part.problems = [tuple(item) for item in cached["problems"]]
+            part.excluded = cached["excluded"]
+            part.entries = {(run_id, number): (cycle, rank, None) for run_id, number, cycle, rank in cached["entries"]}
+            part.latency = _counts_from_json(cached["latency"])
+            return part
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    part = inputs_module.read_part(cycles_file, manifest)
+    part.latency = latency_counts(record for _, _, record in part.entries.values())
+    data = {"key": key, "problems": part.problems, "excluded": part.excluded,
+            "entries": [[run_id, number, _cached_cycle(cycle), rank]
+                        for (run_id, number), (cycle, rank, _) in part.entries.items()],
+            "latency": _counts_to_json(part.latency)}
+    temporary = f"{path}.{os.getpid()}"
+    try:
+        with open(temporary, "w") as out:
+            json.dump(data, out, separators=(",", ":"))
+        os.replace(temporary, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+    return part
+
+
+def merged_latency_counts(loaded):
+    """The latency counts of the loaded cycles from the parts' own counts; a
+    part that lost a cycle to a copy elsewhere is counted from its records."""
+    parts = []
+    for part in loaded.parts:
+        lost = loaded.lost.get(part.path)
+        if part.latency is not None and not lost:
+            parts.append(part.latency)
+            continue
+        entries = part.entries
+        if any(record is None for _, _, record in entries.values()):
+            entries = inputs_module.read_part(part.path, None).entries  # the records behind a cached part
+        gone = set(lost or ())
+        parts.append(latency_counts(record for key, (_, _, record) in entries.items() if key not in gone))
+    return merge_latency_counts(parts)
+
+
+def compute(paths, cache=False):
+    """The dashboard of the runs under paths; cache: use and keep the per-run
+    caches (RUN_DIR/dashboard-cache.json)."""
+    if not cache:
+        return build(inputs_module.load(paths))
+    loaded = inputs_module.load(paths, read=read_part_cached)
+    return build(loaded, merged_latency_counts(loaded))
 
 
 def dumps(dashboard):
@@ -349,8 +529,10 @@ def main(argv=None):
                         help="a results directory (every run under it), a run directory or a cycles.jsonl")
     parser.add_argument("-o", "--output", help="write here (default: stdout)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="recompute every run (default: reuse and keep RUN_DIR/dashboard-cache.json)")
     args = parser.parse_args(argv)
-    dashboard = compute(args.paths)
+    dashboard = compute(args.paths, cache=not args.no_cache)
     for error in dashboard["input_errors"]:
         where = error["file"] + (f":{error['line']}" if error["line"] else "")
         print(f"{where}: {error['message']}", file=sys.stderr)

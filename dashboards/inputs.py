@@ -17,6 +17,7 @@ reads every file through lab.records.read_cycles.
 """
 
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -24,7 +25,6 @@ import os
 from dashboards import schemas
 from lab import records as records_module
 from lab.records import cycles_path
-from lab.trace import split_device_id
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
 PER_DEVICE = ("callbacks", "pmtest")
@@ -34,6 +34,9 @@ PER_ENTRY = PER_DEVICE + ("host_phases",)  # a bad entry drops that entry, not t
 class Inputs:
     def __init__(self):
         self.cycles = []          # normalised cycles, merged
+        self.records = []         # their raw records, in the same order
+        self.parts = []           # a Part per cycles file read
+        self.lost = {}
         self.errors = []          # {"file", "line", "message"}
         self.excluded = 0         # cycles dropped because their last line was invalid
         self.manifests = {}       # run id -> [manifest, ...]
@@ -139,21 +142,10 @@ def epoch(stamp):
     return moment.timestamp()
 
 
-def _callbacks(value):
-    """{device: [{"cb", "driver", "t", "us", "err"}]} from either record shape;
-    a compact triple's driver is the one in its device's identity (lab.trace)."""
-    out = {}
-    for device, calls in (value or {}).items():
-        normal = []
-        for call in calls:
-            if isinstance(call, dict):
-                normal.append({"cb": call["cb"], "driver": _str(call.get("driver")), "t": _number(call.get("t")),
-                               "us": _number(call["us"]), "err": call["err"]})
-            else:
-                normal.append({"cb": call[0], "driver": split_device_id(device)[1], "t": None,
-                               "us": _number(call[1]), "err": call[2]})
-        out[device] = normal
-    return out
+def _callback_errors(record):
+    """The failed callbacks of the record's callbacks (lab.records reads
+    every record version), start times made safe for sorting."""
+    return [dict(call, t=_number(call["t"])) for call in records_module.callback_errors(record)]
 
 
 def normalise(record, default_run_id, manifest):
@@ -183,7 +175,7 @@ def normalise(record, default_run_id, manifest):
         "evidence": _strings(record.get("evidence")),
         "ordering_violations": violations if isinstance(violations, list) else [],
         "suspend_stats_delta": record.get("suspend_stats_delta") or {},
-        "callbacks": _callbacks(record.get("callbacks")),
+        "callback_errors": _callback_errors(record),
         "commit": _str(record.get("project_commit")) or _str((manifest.get("project") or {}).get("commit")),
         "series_hash": _str(kernel.get("series_hash")) or _str(manifest_kernel.get("series_hash")),
         "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
@@ -258,7 +250,7 @@ def non_finite_errors(name, value):
 def record_errors(record):
     """[(path, message)] of a record against the cycle-record schema."""
     rest = {key: value for key, value in record.items() if key not in PER_DEVICE}
-    found = schemas.errors(schemas.CYCLE_RECORD, rest)
+    found = [] if schemas.is_valid(schemas.CYCLE_RECORD, rest) else schemas.errors(schemas.CYCLE_RECORD, rest)
     found.extend(non_finite_errors("host_phases", record.get("host_phases")))
     for name in PER_DEVICE:
         if name in record:
@@ -288,59 +280,101 @@ def _check(record, path, number, inputs):
     return usable
 
 
-def read_cycles_file(path, inputs, manifest):
-    """{(run id, cycle): (normalised cycle, raw record)} of one file, read by
-    lab.records.read_cycles; what it skips is reported with its line."""
+class Part:
+    """What one cycles file contributes: its problems [(line, message)], the
+    cycles excluded, and {(run id, cycle): (normalised cycle, rank, raw
+    record or None)}; rank orders two copies of one cycle (rank_of)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.problems = []
+        self.excluded = 0
+        self.entries = {}
+        self.latency = None  # dashboards.compute.latency_counts of its cycles, when known
+
+
+def rank_of(record):
+    """The same cycle in two files: the finished copy wins, else the same copy
+    whatever the order the files were named in (the lesser hash)."""
+    canonical = json.dumps(record, sort_keys=True).encode()
+    return [record["status"] != "done", hashlib.sha256(canonical).hexdigest()]
+
+
+def read_part(path, manifest):
+    """One cycles file read by lab.records.read_cycles, schema-checked and
+    normalised; what it skips is a problem with its line."""
+    part = Part(path)
+    problem = lambda number, message: part.problems.append((number, message))  # noqa: E731
     default_run_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
     if not os.access(path, os.R_OK):
-        inputs.error(path, None, "unreadable: permission denied")
-        return {}
+        problem(None, "unreadable: permission denied")
+        return part
     excluded = []
+    sink = Inputs()
     try:
-        kept = records_module.read_cycles(path, problem=lambda number, message: inputs.error(path, number, message),
-                                          check=lambda record, number: _check(record, path, number, inputs),
+        kept = records_module.read_cycles(path, problem=problem,
+                                          check=lambda record, number: _check(record, path, number, sink),
                                           excluded=excluded)
     except OSError as error:
-        inputs.error(path, None, f"unreadable: {error}")
-        return {}
-    inputs.excluded += len(excluded)  # its last word was unreadable: neither counted nor called unfinished
-    out = {}
+        problem(None, f"unreadable: {error}")
+        return part
+    part.problems.extend((error["line"], error["message"]) for error in sink.errors)
+    part.excluded = len(excluded)  # its last word was unreadable: neither counted nor called unfinished
     for record in kept:
         run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
             else default_run_id
-        out[(run_id, record["cycle"])] = (normalise(record, default_run_id, manifest), record)
-    return out
+        try:
+            cycle = normalise(record, default_run_id, manifest)
+        except records_module.RecordError as error:  # its run lost the shared callback layout
+            problem(None, str(error))
+            for field in ("callback_table", "callbacks"):
+                record.pop(field, None)
+            cycle = normalise(record, default_run_id, manifest)
+        part.entries[(run_id, record["cycle"])] = (cycle, rank_of(record), record)
+    return part
 
 
-def _canonical(record):
-    return json.dumps(record, sort_keys=True)
+def read_run_files(run_dir, inputs):
+    """manifest.json (None if absent or bad) and summary.json of a run directory, checked."""
+    manifest = _read_json_file(os.path.join(run_dir, "manifest.json"), schemas.RUN_MANIFEST, inputs)
+    _read_json_file(os.path.join(run_dir, "summary.json"), schemas.RUN_SUMMARY, inputs)
+    return manifest
 
 
-def load(paths):
-    """Inputs read from run directories / results directories / cycles files."""
+def load(paths, read=read_part):
+    """Inputs read from run directories / results directories / cycles files.
+    read(cycles file, manifest) -> Part (dashboards.compute passes one that
+    keeps a cache per run). inputs.parts lists the Parts and, per part, the
+    keys of the cycles that won over a copy in another file."""
     inputs = Inputs()
     merged = {}
     for cycles_file in find_run_dirs(paths, inputs):
-        run_dir = os.path.dirname(cycles_file)
-        manifest = _read_json_file(os.path.join(run_dir, "manifest.json"), schemas.RUN_MANIFEST, inputs)
-        _read_json_file(os.path.join(run_dir, "summary.json"), schemas.RUN_SUMMARY, inputs)
-        for key, (cycle, record) in read_cycles_file(cycles_file, inputs, manifest).items():
+        manifest = read_run_files(os.path.dirname(cycles_file), inputs)
+        part = read(cycles_file, manifest)
+        inputs.parts.append(part)
+        for line, message in part.problems:
+            inputs.error(cycles_file, line, message)
+        inputs.excluded += part.excluded
+        for key, (cycle, rank, record) in part.entries.items():
             if manifest:
                 runs = inputs.manifests.setdefault(key[0], [])
                 if manifest not in runs:
                     runs.append(manifest)
             previous = merged.get(key)
             if previous is None:
-                merged[key] = (cycle, record, cycles_file)
+                merged[key] = (cycle, rank, record, part)
                 continue
-            # The same cycle in two files: keep the finished one, else the
-            # same one whatever the order the files were named in.
-            rank = (record["status"] != "done", _canonical(record))
-            previous_rank = (previous[1]["status"] != "done", _canonical(previous[1]))
-            if record["status"] == previous[1]["status"] == "done" and rank != previous_rank:
-                first, second = sorted([previous[2], cycles_file])
+            if not rank[0] and not previous[1][0] and rank != previous[1]:
+                first, second = sorted([previous[3].path, cycles_file])
                 inputs.error(second, None, f"cycle {key[1]} of run {key[0]} is also in {first}, differently")
-            if rank < previous_rank:
-                merged[key] = (cycle, record, cycles_file)
-    inputs.cycles = [merged[key][0] for key in sorted(merged, key=lambda k: (k[0], k[1]))]
+            if rank < previous[1]:
+                merged[key] = (cycle, rank, record, part)
+    order = sorted(merged, key=lambda k: (k[0], k[1]))
+    inputs.cycles = [merged[key][0] for key in order]
+    inputs.records = [merged[key][2] for key in order]  # the raw records (None: from a cache), for the latencies
+    inputs.lost = {}  # part path -> keys of its cycles a copy in another file won over
+    for part in inputs.parts:
+        lost = [key for key in part.entries if merged[key][3] is not part]
+        if lost:
+            inputs.lost[part.path] = lost
     return inputs

@@ -74,6 +74,22 @@ def compact(records):
     return out
 
 
+def version3(records):
+    """The same records as lab/cycle.py writes them now (record version 3:
+    callbacks and pmtest log compact, lab.records.compact_fields)."""
+    from lab import records as record_format
+
+    out = []
+    for record in copy.deepcopy(records):
+        if isinstance(record.get("callbacks"), dict):
+            sequences = {device: [c if isinstance(c, dict) else {"cb": c[0], "us": c[1], "err": c[2]} for c in calls]
+                         for device, calls in record.pop("callbacks").items()}
+            record.update(record_format.compact_fields(sequences, record.pop("pmtest", None) or {}))
+            record["record_version"] = 3
+        out.append(record)
+    return out
+
+
 def started_line(record):
     line = {key: record[key] for key in STARTED_FIELDS if key in record}
     line["status"] = "started"

@@ -26,6 +26,8 @@ PROBLEMS = re.compile(
     r"PM: Image (?:not found|restoration failed)|PM: hibernation: Failed"
 )
 PANIC = re.compile(r"Kernel panic - not syncing")
+# Lines about callback order (the dashboard's ordering-violation bucket).
+ORDERING = re.compile(r"should not be sleeping|ordering violation", re.IGNORECASE)
 
 
 def lines(text):
@@ -68,3 +70,10 @@ def problems(console_lines):
 
 def panicked(console_lines):
     return any(PANIC.search(line) for line in console_lines)
+
+
+def notable(console_lines):
+    """The lines a passing cycle keeps when its full evidence is not kept
+    (--keep failures): problems and lines about callback order."""
+    return [line for line in console_lines
+            if (PROBLEMS.search(line) and not PREPARE_RETRY.search(line)) or ORDERING.search(line)]

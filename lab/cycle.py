@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import libvirt
 
-from lab import console, guest_report, pmtest_log, trace
+from lab import console, guest_report, pmtest_log, records, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
@@ -230,11 +230,10 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     result["wakeup_sources_delta"] = guest_report.wakeup_delta(
         guest_report.wakeup_sources(sysfs_before), guest_report.wakeup_sources(sysfs_after))
     result["phases"] = trace.phases_reached(events_trace)
-    # Per device ("name (driver)", trace.device_id), in order: [callback,
-    # microseconds, error] (the report keeps the full trace).
-    result["callbacks"] = {device: [[call["cb"], call["us"], call["err"]] for call in calls]
-                           for device, calls in sequences.items()}
-    result["pmtest"] = pmtest_log.by_device(pmtest_entries)
+    # Per device ("name (driver)", trace.device_id), in order: callback,
+    # microseconds, error, stored compactly (lab.records.compact_fields; read
+    # back with lab.records.callbacks); the report keeps the full trace.
+    result.update(records.compact_fields(sequences, pmtest_log.by_device(pmtest_entries)))
     result["trace_events"] = len(events_trace)
 
     failed = trace.failed_callbacks(sequences)
@@ -408,14 +407,13 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
         record.update(verdict="error", phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
                       guest_usable=False)
     elif "verdict" not in record:
-        if reply is not None:  # the full report (whole trace buffer) stays next to the record
-            record["report"] = rundir.write_file(report_path(number), reply.output, compress=True)
+        if reply is not None:
             record["report_status"] = reply.status
         record.update(judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
                                        events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
-    record["evidence"] = evidence
+    keep_evidence(rundir, record, reply.output if reply is not None else None, evidence)
     if guest.console.file_error:
         record["console_file_error"] = guest.console.file_error
     cycle.note("judged")
@@ -424,6 +422,23 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
     record["harness_pid"] = os.getpid()
     rundir.append(record)
     return record
+
+
+def keep_evidence(rundir, record, report, evidence):
+    """Put a finished cycle's evidence in its record by the run's keep policy
+    (RunDir.keep, --keep): "full" keeps every cycle's guest report (the whole
+    trace buffer and pmtest log, reports/cycleN.txt.gz) and console lines;
+    "failures" keeps them only for a cycle that did not pass. A passing cycle
+    then keeps its console's problem and ordering lines (console.notable)
+    and their count; the run's console/<guest>.log still has every line."""
+    keep_all = rundir.keep == "full" or record.get("verdict") != "pass"
+    if report is not None and keep_all:
+        record["report"] = rundir.write_file(report_path(record["cycle"]), report, compress=True)
+    if keep_all:
+        record["evidence"] = evidence
+    else:
+        record["evidence"] = console.notable(evidence)
+        record["evidence_lines"] = len(evidence)
 
 
 # libvirt's STOPPED details that mean QEMU went away by itself (a hibernating

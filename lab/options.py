@@ -13,6 +13,11 @@ runs it as a process) and lab imports nothing above it.
   --results DIR            the results root (every command; pytest's is
                            --lab-results, ./pmlab test translates)
   --hours H                wall-clock budget of this invocation
+  --keep full|failures     which cycles keep their full guest report (trace,
+                           pmtest log) and console lines in the run: every
+                           cycle (default of lab.run / ./pmlab run, a short
+                           run one looks at) or only those that did not pass
+                           (default of nightly and soak, thousands of cycles)
 """
 
 import os
@@ -89,3 +94,10 @@ def add_budget(parser, cycles_help="cycles in the whole plan"):
     parser.add_argument("--hours", type=float, metavar="H",
                         help="wall-clock budget of this invocation: no chunk of cycles starts that "
                              "would not end within it (a resumed run gets a new budget)")
+
+
+def add_keep(parser, default):
+    """--keep full|failures (lab.cycle.keep_evidence)."""
+    parser.add_argument("--keep", choices=("full", "failures"), default=default,
+                        help="keep the full guest report and console lines of every cycle (full) or only of "
+                             f"cycles that did not pass (failures; default {default})")

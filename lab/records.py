@@ -2,6 +2,11 @@
 summary.json. The layers above lab (the dashboard, the pipelines) read,
 write and count cycle records through this module only.
 
+Record version 3 keeps the per-device callbacks and the pmtest log compact,
+with what repeats stored once in the run's shared.jsonl (see "compact
+fields"); callbacks(), callback_columns(), callback_errors() and pmtest() are
+the only readers of those fields, for every record version.
+
 The file. Each cycle is appended twice: once as it starts (status
 "started") and once when it ends (status "done", same cycle number). Every
 line is flushed and fsynced as written, so a guest or host that dies
@@ -30,16 +35,21 @@ judged. Its interval is Wilson's score interval at 95 %. Percentiles are
 nearest-rank (nearest_rank()).
 """
 
+import base64
 import datetime
 import errno
 import fcntl
 import gzip
+import hashlib
 import json
 import math
 import os
 import re
 import statistics
 import time
+import zlib
+
+from lab.trace import split_device_id
 
 VERDICTS = ("pass", "fail", "hang", "error")
 UNFINISHED = "unfinished"
@@ -48,7 +58,9 @@ JUDGED = ("pass", "fail", "hang", UNFINISHED)  # the pass rate's denominator
 Z95 = 1.959963984540054
 # Record shape version: 2 keys callbacks by device identity (trace.device_id:
 # "name (driver)"), and a failed cycle carries failed_callbacks as fields.
-RECORD_VERSION = 2
+# 3 stores them compactly (callback_table, pmtest_ref: see "compact fields"
+# below); read them with callback_columns() / callbacks() / pmtest().
+RECORD_VERSION = 3
 
 
 class ResultsWriteError(Exception):
@@ -78,11 +90,17 @@ def cycles_path(run_dir):
     return os.path.join(run_dir, CYCLES_FILE)
 
 
+KEEP = ("full", "failures")  # --keep: every cycle's full evidence, or only a cycle's that did not pass
+
+
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
-    def __init__(self, results_root, run_id):
+    def __init__(self, results_root, run_id, keep="full"):
+        if keep not in KEEP:
+            raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
         self.run_id = run_id
+        self.keep = keep  # which cycles keep their full report and console lines (lab.cycle.keep_evidence)
         self.path = os.path.join(results_root, run_id)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
@@ -143,8 +161,15 @@ class RunDir:
 def append_records(path, records):
     """The one writer of a cycles.jsonl: append records, one JSON line each,
     in one write() under an exclusive lock, fsynced. What the disk cannot
-    take whole is cut off again (ResultsWriteError): no half line is left."""
+    take whole is cut off again (ResultsWriteError): no half line is left.
+    The shared values the records refer to (version 3) are appended to the
+    run's shared.jsonl first, so no reader sees a reference it cannot follow."""
+    _store_shared(path, records)
     data = "".join(json.dumps(record, sort_keys=False) + "\n" for record in records).encode()
+    _append_bytes(path, data)
+
+
+def _append_bytes(path, data):
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as error:
@@ -207,6 +232,7 @@ def read_cycles(path, problem=None, check=None, excluded=None):
         source = open(path, "rb")
     except FileNotFoundError:
         return []
+    _load_shared(shared_path(path))
     with source:
         for number, raw in enumerate(source, start=1):
             if not raw.strip():
@@ -272,6 +298,215 @@ def renumbered_side_files(record, number):
     old = re.compile(rf"cycle{record.get('cycle')}(?!\d)")
     return {field: old.sub(f"cycle{number}", record[field]) for field in SIDE_FILES
             if isinstance(record.get(field), str) and record[field] and not os.path.isabs(record[field])}
+
+
+# ------------------------------------------------------------------ compact fields (version 3)
+
+# A cycle's ~1600 device callbacks were ~46 KB of its ~54 KB record (version
+# 2: {device: [[cb, us, err], ...]}). What repeats from cycle to cycle (which
+# device runs which callback in which order, the pmtest log of a passing
+# cycle) is stored once per run in SHARED_FILE, keyed by a hash of its
+# content; the record keeps the key and what changes (durations, errors):
+#
+#   "callback_table": {"layout": KEY, "us": DURATIONS, "err": [[row, errno], ...]}
+#       layout (shared): {"devices": [device identity, ...], "callbacks":
+#       [label, ...], "rows": [[device index, callback index], ...]} in trace
+#       order grouped by device, as version 2's dict; DURATIONS: the rows'
+#       microseconds as a JSON array (null for a callback that never
+#       returned, whose errno is then null too), zlib-compressed, base64
+#       (~1 KB for ~1600 callbacks; json.loads reads it back at C speed);
+#       err lists the rows whose errno is not 0.
+#   "pmtest_ref": KEY of the shared {device: ["<cb>:<event>=<ret>", ...]}.
+#
+# Content keys make the shared values safe to pool across runs in one
+# process: a record read from one run (a nightly chunk, a shard) and
+# appended to another takes its shared values along (append_records).
+
+SHARED_FILE = "shared.jsonl"
+_shared = {}        # content key -> value, of every shared value read or made here
+_shared_files = {}  # shared.jsonl path -> (inode, size, keys it held)
+
+
+class RecordError(ValueError):
+    """A version 3 record refers to a shared value its run does not hold."""
+
+
+def shared_path(cycles_file):
+    return os.path.join(os.path.dirname(os.path.abspath(cycles_file)), SHARED_FILE)
+
+
+def _content_key(value):
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _share(value):
+    key = _content_key(value)
+    _shared.setdefault(key, value)
+    return key
+
+
+def _load_shared(path):
+    """Read a run's shared.jsonl into the pool (again only if it changed)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        _shared_files.pop(path, None)
+        return set()
+    known = _shared_files.get(path)
+    if known and known[0] == status.st_ino and known[1] == status.st_size:
+        return known[2]
+    keys = set()
+    with open(path, "rb") as source:
+        for raw in source:
+            try:
+                line = json.loads(raw)
+                key, value = line["key"], line["value"]
+            except (ValueError, TypeError, KeyError, RecursionError):
+                continue  # a line cut short by a crash: its records were never written after it
+            if key == _content_key(value):
+                _shared.setdefault(key, value)
+                keys.add(key)
+    _shared_files[path] = (status.st_ino, status.st_size, keys)
+    return keys
+
+
+def _references(record):
+    table = record.get("callback_table")
+    if isinstance(table, dict) and isinstance(table.get("layout"), str):
+        yield table["layout"]
+    if isinstance(record.get("pmtest_ref"), str):
+        yield record["pmtest_ref"]
+
+
+def _store_shared(cycles_file, records):
+    wanted = {key: record for record in records for key in _references(record)}
+    if not wanted:
+        return
+    path = shared_path(cycles_file)
+    present = _load_shared(path)
+    missing = [key for key in wanted if key not in present]
+    for key in missing:
+        if key not in _shared:
+            raise RecordError(f"cycle {wanted[key].get('cycle')} refers to shared value {key}, which was "
+                              f"neither read from a run nor made in this process")
+    if missing:
+        _append_bytes(path, "".join(json.dumps({"key": key, "value": _shared[key]}) + "\n"
+                                    for key in missing).encode())
+        _load_shared(path)
+
+
+def compact_fields(sequences, pmtest_by_device):
+    """The version 3 record fields of a cycle's callbacks (lab.trace.callbacks:
+    {device: [{"cb", "us", "err", ...}]}) and pmtest log (lab.pmtest_log.by_device)."""
+    devices, labels, rows, durations, errors = [], {}, [], [], []
+    for device, calls in sequences.items():
+        devices.append(device)
+        for call in calls:
+            if call["err"]:
+                errors.append([len(rows), call["err"]])
+            rows.append([len(devices) - 1, labels.setdefault(call["cb"], len(labels))])
+            durations.append(call["us"])  # as traced (floats): read back exactly
+    layout = {"devices": devices, "callbacks": list(labels), "rows": rows}
+    packed = base64.b64encode(zlib.compress(json.dumps(durations, separators=(",", ":")).encode(), 9)).decode()
+    return {"callback_table": {"layout": _share(layout), "us": packed, "err": errors},
+            "pmtest_ref": _share(pmtest_by_device)}
+
+
+def _shared_value(record, key):
+    value = _shared.get(key)
+    if value is None:
+        raise RecordError(f"cycle {record.get('cycle')}: shared value {key} is not in its run's {SHARED_FILE}")
+    return value
+
+
+_DURATION_TYPES = {int, float, type(None)}
+_layout_columns = {}  # layout key -> (calls, drivers): built once per layout
+
+
+def callback_columns(record):
+    """The one reader of a record's callbacks, any version: (calls, us, errors)
+    with calls a tuple of (device, callback label, driver) per callback (the
+    same tuple object for every record of one layout), us a list of
+    microseconds (None: never returned), errors {index: errno} of the calls
+    whose errno is not 0 (a call with us None has errno None). RecordError if
+    a version 3 record's layout is missing from its run."""
+    table = record.get("callback_table")
+    if isinstance(table, dict):
+        key = table.get("layout")
+        calls = _layout_columns.get(key)
+        if calls is None:
+            layout = _shared_value(record, key)
+            devices, labels = layout["devices"], layout["callbacks"]
+            calls = _layout_columns[key] = tuple((devices[d], labels[c], split_device_id(devices[d])[1])
+                                                 for d, c in layout["rows"])
+        try:
+            us = json.loads(zlib.decompress(base64.b64decode(table["us"])))
+        except (ValueError, zlib.error, TypeError, RecursionError) as error:
+            raise RecordError(f"cycle {record.get('cycle')}: callback_table.us unreadable: {error}") from None
+        if not isinstance(us, list) or not set(map(type, us)) <= _DURATION_TYPES:
+            raise RecordError(f"cycle {record.get('cycle')}: callback_table.us is not a list of numbers and nulls")
+        if len(us) != len(calls):
+            raise RecordError(f"cycle {record.get('cycle')}: {len(us)} durations for {len(calls)} callbacks")
+        return calls, us, {row: err for row, err in table.get("err") or ()}
+    calls, us, errors = [], [], {}
+    for device, sequence in (record.get("callbacks") or {}).items():
+        driver = split_device_id(device)[1]
+        for call in sequence:
+            if isinstance(call, dict):
+                cb, duration, err, call_driver = call["cb"], call["us"], call["err"], call.get("driver")
+            else:
+                (cb, duration, err), call_driver = call[:3], driver
+            if err:
+                errors[len(calls)] = err
+            calls.append((device, cb, call_driver))
+            us.append(duration)
+    return tuple(calls), us, errors
+
+
+def callback_errors(record):
+    """[{"device", "cb", "err", "t"}] of the callbacks whose errno is not 0, in
+    the record's callback order (t: the start time, version 1 only, else
+    None); unlike callback_columns() it leaves the durations packed."""
+    table = record.get("callback_table")
+    if isinstance(table, dict):
+        layout = _shared_value(record, table.get("layout"))
+        devices, labels, rows = layout["devices"], layout["callbacks"], layout["rows"]
+        return [{"device": devices[rows[row][0]], "cb": labels[rows[row][1]], "err": err, "t": None}
+                for row, err in sorted(table.get("err") or ())]
+    return [{"device": device, "cb": call["cb"] if isinstance(call, dict) else call[0],
+             "err": call["err"] if isinstance(call, dict) else call[2],
+             "t": call.get("t") if isinstance(call, dict) else None}
+            for device, sequence in (record.get("callbacks") or {}).items() for call in sequence
+            if (call["err"] if isinstance(call, dict) else call[2])]
+
+
+def callbacks(record):
+    """{device: [{"cb", "driver", "t", "us", "err"}]} of any record version
+    (version 1 objects keep their driver and start time t; otherwise driver
+    is the one in the device identity and t is None)."""
+    if isinstance(record.get("callbacks"), dict) and not isinstance(record.get("callback_table"), dict):
+        out = {}
+        for device, sequence in record["callbacks"].items():
+            out[device] = [{"cb": c["cb"], "driver": c.get("driver"), "t": c.get("t"), "us": c["us"], "err": c["err"]}
+                           if isinstance(c, dict) else
+                           {"cb": c[0], "driver": split_device_id(device)[1], "t": None, "us": c[1], "err": c[2]}
+                           for c in sequence]
+        return out
+    calls, us, errors = callback_columns(record)
+    out = {}
+    for index, (device, cb, driver) in enumerate(calls):
+        out.setdefault(device, []).append({"cb": cb, "driver": driver, "t": None,
+                                           "us": us[index],
+                                           "err": None if us[index] is None else errors.get(index, 0)})
+    return out
+
+
+def pmtest(record):
+    """{pmtest device: ["<cb>:<event>=<ret>", ...]} of any record version."""
+    if isinstance(record.get("pmtest_ref"), str):
+        return _shared_value(record, record["pmtest_ref"])
+    return record.get("pmtest") or {}
 
 
 # ------------------------------------------------------------------ failed callbacks

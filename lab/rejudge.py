@@ -4,9 +4,10 @@
 A finished cycle that kept its guest report (RUN_DIR/reports/cycleN.txt.gz)
 goes through lab.cycle.judge_with_order again, the function that judged it
 live, with what the record kept of the rest (libvirt events, console
-evidence, host timeline, tmpfs token, boot id). A cycle without a report was
-decided by the host's watch (hang, kernel panic, lab error, a hibernation
-that booted afresh): there is nothing to judge again, it is listed as kept.
+evidence, host timeline, tmpfs token, boot id). A cycle without a report
+passed in a run with --keep failures, or was decided by the host's watch
+(hang, kernel panic, lab error, a hibernation that booted afresh): there is
+nothing to judge again, it is listed as kept.
 Nothing in the run directory is changed. A cycle whose report cannot be
 read counts as a difference: the run could not be checked.
 """
@@ -54,6 +55,8 @@ def rejudge_record(run_dir, record):
     if record.get("status") != "done":
         return Rejudged(record["cycle"], label, ("unfinished", None), None, "only its 'started' line")
     if not record.get("report"):
+        if "evidence_lines" in record:  # lab.cycle.keep_evidence under --keep failures
+            return Rejudged(record["cycle"], label, old, None, "passed; its report was not kept (--keep failures)")
         return Rejudged(record["cycle"], label, old, None, "no guest report: the host's watch decided it")
     try:
         text = read_report(run_dir, record["report"])

@@ -52,6 +52,7 @@ def add_options(parser):
                                "memory": 512, "vcpus": 1})
     options.add_inject(parser)
     options.add_results(parser)
+    options.add_keep(parser, "full")
 
 
 def setup(args):
@@ -116,7 +117,7 @@ def main(argv=None):
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
     try:
-        rundir = RunDir(args.results, args.run_id or new_run_id())
+        rundir = RunDir(args.results, args.run_id or new_run_id(), keep=args.keep)
     except OSError as error:
         print(f"lab.run: cannot create the run directory under {args.results}: {error}", file=sys.stderr)
         return 2

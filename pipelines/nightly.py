@@ -67,6 +67,7 @@ def parse_args(argv):
     lab = parser.add_argument_group("passed to lab.run")
     options.add_kernel(lab)
     options.add_guest(lab)
+    options.add_keep(lab, "failures")
     options.add_inject(lab, "that cycle of the plan (its number in the whole run, any shard)")
     return parser, parser.parse_args(argv)
 
@@ -91,7 +92,7 @@ def lab_run_command():
 
 def lab_options(args):
     return options.guest_argv(args) + (["--artifacts", args.artifacts] if args.artifacts else []) + \
-        (["--baseline"] if args.baseline else [])
+        (["--baseline"] if args.baseline else []) + ["--keep", args.keep]
 
 
 def settle_state(path, args, shard):

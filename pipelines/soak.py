@@ -68,6 +68,7 @@ def parse_args(argv):
     parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak")
     parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS", help="passed to lab.run")
     options.add_inject(parser, "that cycle of the soak's plan (passed to the nightly shard that runs it)")
+    options.add_keep(parser, "failures")
     args = parser.parse_args(argv)
     if args.baseline:
         args.artifacts = os.path.join(REPO, "build", "baseline", "out")
@@ -109,7 +110,7 @@ def run_shards(args, artifacts):
     for index in range(1, args.guests + 1):
         argv = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", args.run_id,
                 "--shard", f"{index}/{args.guests}", "--results", args.results,
-                "--artifacts", artifacts, "--chunk", str(args.chunk or per_shard)]
+                "--artifacts", artifacts, "--chunk", str(args.chunk or per_shard), "--keep", args.keep]
         if args.max_cycles:
             argv += ["--max-cycles", str(args.max_cycles)]
         if args.hours:

@@ -55,7 +55,7 @@ def write_lines(path, lines):
 def test_schemas_are_valid_and_accept_real_records(recorded, tmp_path):
     for name in (schemas.CYCLE_RECORD, schemas.RUN_SUMMARY, schemas.RUN_MANIFEST, schemas.DASHBOARD):
         schemas.validator(name)  # check_schema raises on a broken schema
-    for record in testing.recorded_records() + recorded + testing.compact(recorded):
+    for record in testing.recorded_records() + recorded + testing.compact(recorded) + testing.version3(recorded):
         assert schemas.errors(schemas.CYCLE_RECORD, record) == [], record["cycle"]
         assert schemas.errors(schemas.CYCLE_RECORD, testing.started_line(record)) == []
     run = single_run(tmp_path, recorded)
@@ -181,10 +181,11 @@ def test_failing_device_is_the_same_from_every_source(recorded, number):
     from_stats = {k: v for k, v in full.items() if k != "callbacks"}
     from_stats["reason"] = None
     from_reason = {k: v for k, v in full.items() if k not in ("callbacks", "suspend_stats_delta")}
+    compact = testing.version3([from_callbacks])[0]
     found = [buckets.classify(inputs.normalise(copy.deepcopy(r), "x", None))
-             for r in (full, from_callbacks, from_fields, from_stats, from_reason)]
+             for r in (full, from_callbacks, from_fields, from_stats, from_reason, compact)]
     assert found[0][0].startswith("fail-in-") and found[0][0].endswith(":EIO")
-    assert found[:3] == [found[0]] * 3 and " (pmtest_" in found[0][0]  # name and driver
+    assert found[:3] == [found[0]] * 3 and found[5] == found[0] and " (pmtest_" in found[0][0]  # name and driver
     # suspend_stats and a version 1 reason know the name only
     assert found[3] == found[4] == [found[0][0].split(" (")[0] + ":EIO"]
     bare = {k: v for k, v in from_reason.items() if k != "reason"}
@@ -272,11 +273,35 @@ def test_callback_latency_per_device_and_phase(recorded, tmp_path):
     assert {(d, p) for d, block in devices.items() for p, s in block["phases"].items() if s["errors"]} == failed
 
 
-def test_both_callback_shapes_give_the_same_latency(recorded, tmp_path):
+def test_every_callback_shape_gives_the_same_latency(recorded, tmp_path):
     full = dashboard_of(single_run(tmp_path / "a", recorded))["latency"]
     triples = dashboard_of(single_run(tmp_path / "b", testing.compact(recorded)))["latency"]
     assert full["devices"]["0000:00:10.0 (pmtest_edu)"]["driver"] == "pmtest_edu"
     assert full == triples  # a triple's driver is in its device's identity
+    assert dashboard_of(single_run(tmp_path / "c", testing.version3(recorded)))["latency"] == full
+
+
+def test_every_record_version_gives_the_same_dashboard(recorded, tmp_path):
+    """Version 1 objects, version 2 triples and version 3 compact records of
+    the same cycles: one dashboard."""
+    dashboards = [dashboard_of(single_run(tmp_path / name, records)) for name, records in
+                  (("v1", recorded), ("v2", testing.compact(recorded)), ("v3", testing.version3(recorded)))]
+    assert dashboards[0]["latency"]["devices"] and not dashboards[0]["input_errors"]
+    assert dashboards[1] == dashboards[0] and dashboards[2] == dashboards[0]
+
+
+def test_version3_run_without_its_shared_file_is_reported(recorded, tmp_path):
+    from lab import records as record_format
+
+    run = single_run(tmp_path / "r", testing.version3(recorded))
+    os.unlink(os.path.join(run, record_format.SHARED_FILE))
+    record_format._shared_files.clear()
+    record_format._shared.clear()  # a fresh process: only the run's own files count
+    record_format._layout_columns.clear()
+    dashboard = dashboard_of(run)
+    assert dashboard["inputs"]["cycles"] == len(recorded)
+    assert any("shared.jsonl" in error["message"] for error in dashboard["input_errors"])
+    assert dashboard["latency"]["devices"] == {}
 
 
 def test_unfinished_callback_is_counted(recorded, tmp_path):
@@ -777,3 +802,116 @@ def test_injected_failures_are_counted_not_judged(recorded, tmp_path):
     (build,) = board["trends"]["builds"]
     assert build["modes"]["mem"]["first_fail"]["cycle"] == 10  # the one not provoked
     assert schemas.errors(schemas.DASHBOARD, board) == []
+
+
+def test_fast_schema_check_agrees_with_jsonschema(recorded):
+    """schemas.is_valid (the dashboard's compiled check) accepts exactly what
+    jsonschema accepts: on real records of every version and on thousands of
+    copies with one field, or one item inside it, replaced by an odd value."""
+    odd = [None, True, False, 0, 1, -1, 1.0, 2.5, -0.5, float("nan"), float("inf"), -float("inf"), "", "x",
+           "done", "pass", [], [1], ["a", 1.5], [["sent", 1.0]], [[1, -5]], [["a", "b"]], {}, {"a": 1},
+           {"a": "b"}, {"layout": "k", "us": "", "err": []}, 3, 2]
+    rng = random.Random(12)
+    base = [r for r in testing.recorded_records() + testing.version3(recorded) + testing.compact(recorded)]
+    samples = [{k: v for k, v in r.items() if k not in inputs.PER_DEVICE} for r in base]
+    for _ in range(3000):
+        record = copy.deepcopy(rng.choice(base))
+        record = {k: v for k, v in record.items() if k not in inputs.PER_DEVICE}
+        field = rng.choice(sorted(record) + ["record_version", "callback_table", "evidence_lines", "verdict"])
+        value = record.get(field)
+        if isinstance(value, list) and value and rng.random() < 0.5:
+            value[rng.randrange(len(value))] = rng.choice(odd)
+        elif isinstance(value, dict) and value and rng.random() < 0.5:
+            value[rng.choice(sorted(value))] = rng.choice(odd)
+        elif rng.random() < 0.1:
+            record.pop(field, None)
+        else:
+            record[field] = copy.deepcopy(rng.choice(odd))
+        samples.append(record)
+    disagree = [r for r in samples
+                if schemas.is_valid(schemas.CYCLE_RECORD, r) != (not schemas.errors(schemas.CYCLE_RECORD, r))]
+    assert not disagree, disagree[:1]
+    assert sum(not schemas.is_valid(schemas.CYCLE_RECORD, r) for r in samples) > 1000  # the mutations bite
+
+
+# ------------------------------------------------------------------ the per-run cache
+
+def cached_dashboard(*paths):
+    return compute.compute([str(p) for p in paths], cache=True)
+
+
+def counting_reads(monkeypatch):
+    """The cycles files read in full (not from a cache) from now on."""
+    read = []
+    original = inputs.read_part
+
+    def counted(path, manifest):
+        read.append(os.path.basename(os.path.dirname(path)))
+        return original(path, manifest)
+    monkeypatch.setattr(inputs, "read_part", counted)
+    return read
+
+
+def test_cached_dashboard_equals_the_recompute_and_a_new_run_reads_only_itself(recorded, tmp_path, monkeypatch):
+    """Runs of every record version, one with a failing and an unfinished
+    cycle: cold, warm and after one more run the cached dashboard is the
+    recompute's, percentiles included; a warm run is not read again."""
+    root = tmp_path / "results"
+    runs = {"a-v1": recorded, "b-v2": testing.compact(recorded), "c-v3": testing.version3(recorded)}
+    for offset, (run_id, records) in enumerate(runs.items()):
+        moved = [dict(r, cycle=r["cycle"] + 1000 * offset,
+                      host_start=r["host_start"].replace("T13:", f"T{14 + offset}:")) for r in records]
+        testing.write_run(str(root), run_id, moved)
+    assert not list(root.glob(f"*/{compute.CACHE_FILE}"))
+    expected = compute.dumps(dashboard_of(root))
+    assert json.loads(expected)["latency"]["top_p95"]
+    read = counting_reads(monkeypatch)
+    assert compute.dumps(cached_dashboard(root)) == expected
+    assert sorted(read) == ["a-v1", "b-v2", "c-v3"] and len([c for c in root.glob(f"*/{compute.CACHE_FILE}") if not c.parent.is_symlink()]) == 3
+    read.clear()
+    assert compute.dumps(cached_dashboard(root)) == expected and read == []
+    # a new night: only it is read
+    extra = [dict(r, cycle=r["cycle"] + 5000, host_start=r["host_start"].replace("T13:", "T20:"))
+             for r in testing.version3(recorded)]
+    testing.write_run(str(root), "d-new", extra)
+    assert compute.dumps(cached_dashboard(root)) == compute.dumps(dashboard_of(root)) != expected
+    assert read == ["d-new"]
+    # a run that changed is read again
+    read.clear()
+    testing.write_run(str(root), "a-v1", [dict(recorded[0], cycle=999)], summary=False)
+    assert compute.dumps(cached_dashboard(root)) == compute.dumps(dashboard_of(root))
+    assert read == ["a-v1"]
+
+
+def test_cached_shards_with_overlapping_cycles_equal_the_recompute(recorded, tmp_path):
+    """The same cycles in two files (a started copy and a done one, or two
+    done copies): the copy that loses must not count in the latencies."""
+    root = tmp_path / "results"
+    done = testing.version3(recorded)
+    first = [dict(r, run_id="r") for r in done]
+    second = [dict(r, run_id="r", status="started") if r["cycle"] % 2 else dict(r, run_id="r", suspend_ms=1.0)
+              for r in testing.compact(recorded)]
+    testing.write_run(str(root), "r-shard1", first)
+    testing.write_run(str(root), "r-shard2", second)
+    expected = compute.dumps(dashboard_of(root))
+    assert compute.dumps(cached_dashboard(root)) == expected  # cold
+    assert compute.dumps(cached_dashboard(root)) == expected  # from the caches
+    board = json.loads(expected)
+    assert board["inputs"]["cycles"] == len(recorded) and board["input_errors"]  # the differing copies
+
+
+def test_a_cache_from_other_code_or_damaged_is_not_used(recorded, tmp_path, monkeypatch):
+    run = single_run(tmp_path, testing.version3(recorded))
+    expected = compute.dumps(dashboard_of(run))
+    cached_dashboard(run)
+    cache = os.path.join(run, compute.CACHE_FILE)
+    data = json.loads(open(cache).read())
+    data["key"]["code"] = "older"
+    data["entries"] = []
+    with open(cache, "w") as out:
+        json.dump(data, out)
+    read = counting_reads(monkeypatch)
+    assert compute.dumps(cached_dashboard(run)) == expected and read == ["recording"]
+    with open(cache, "w") as out:
+        out.write("{not json")
+    assert compute.dumps(cached_dashboard(run)) == expected and read == ["recording"] * 2

@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from lab import modes
+from lab import records as record_format
 from lab.cycle import judge
 from hang_evidence import assert_hang_evidence
 from recordings_util import read, records, report
@@ -97,9 +98,9 @@ def test_pass_record_carries_measurements():
     result = rejudge("mem")
     assert result["suspend_ms"] > 0 and result["resume_ms"] > 0
     assert result["suspend_stats_delta"]["success"] == 1
-    first_call = result["callbacks"]["pmtest_full.0 (pmtest_full)"][0]
-    assert first_call[0] == "[suspend]" and first_call[2] == 0  # ->prepare, traced with no info
-    assert result["pmtest"]["pmtest_full.0"]
+    first_call = record_format.callbacks(result)["pmtest_full.0 (pmtest_full)"][0]
+    assert first_call["cb"] == "[suspend]" and first_call["err"] == 0  # ->prepare, traced with no info
+    assert record_format.pmtest(result)["pmtest_full.0"]
 
 
 def test_hang_record_has_evidence():

@@ -599,3 +599,53 @@ def test_ci_runs_the_test_suite_and_the_commit_pipeline_on_every_push():
     for definition, commands in _ci_push_commands().items():
         assert any(command.startswith("pipelines/commit ") for command in commands), (definition, commands)
         assert "./pmlab test" in commands, (definition, commands)
+
+
+def _forget_shared_values():
+    """As a new process: only shared.jsonl files tell what version 3 records refer to."""
+    from lab import records as record_format
+
+    record_format._shared.clear()
+    record_format._shared_files.clear()
+    record_format._layout_columns.clear()
+
+
+def test_version3_records_keep_their_callbacks_through_merge_and_chunk_import(tmp_path):
+    """Merge (shards -> one run) and nightly's chunk import read records in one
+    run directory and write them in another: the shared callback layouts and
+    pmtest logs (shared.jsonl) go along."""
+    from dashboards import compute, testing
+    from lab import records as record_format
+
+    compact = testing.version3(testing.with_callbacks(testing.recorded_records()))
+    single = RunDir(str(tmp_path / "single"), "night-1")
+    for record in compact:
+        single.append(dict(record, run_id="night-1"))
+    expected = {r["cycle"]: (record_format.callbacks(r), record_format.pmtest(r))
+                for r in read_cycles(single.cycles_path)}
+    assert sum(bool(calls) for calls, _ in expected.values()) >= 9  # the reports recorded
+    shards = _split(single.path, compact, 2, str(tmp_path / "shards"))
+    _forget_shared_values()
+    merged = str(tmp_path / "merged" / "night-1")
+    merge_mod.merge(merged, shards)
+    _forget_shared_values()
+    assert {r["cycle"]: (record_format.callbacks(r), record_format.pmtest(r))
+            for r in read_cycles(os.path.join(merged, "cycles.jsonl"))} == expected
+    _forget_shared_values()
+    assert json.dumps(compute.compute([merged]), sort_keys=True) == \
+        json.dumps(compute.compute([single.path]), sort_keys=True)
+
+    # a chunk of lab.run's (local numbers from 1) imported under plan numbers
+    run = RunDir(str(tmp_path / "results"), "soak-shard1of1")
+    chunk = RunDir(os.path.join(run.path, "chunks"), "soak.c000001")
+    done = [r for r in compact if r.get("callback_table")][:2]
+    with open(os.path.join(chunk.path, "chunk.json"), "w") as out:
+        json.dump({"numbers": [7, 9], "modes": [r["mode"] for r in done]}, out)
+    for local, record in enumerate(done, 1):
+        chunk.append(dict(record, cycle=local, run_id="soak.c000001", report=None))
+    _forget_shared_values()
+    nightly.import_chunk(chunk.path, run, "soak")
+    _forget_shared_values()
+    imported = read_cycles(run.cycles_path)
+    assert [r["cycle"] for r in imported] == [7, 9]
+    assert [record_format.callbacks(r) for r in imported] == [expected[r["cycle"]][0] for r in done]

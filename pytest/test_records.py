@@ -185,3 +185,131 @@ def test_failed_callbacks_read_from_fields_and_from_old_reasons():
     assert failed_callbacks(new) == new["failed_callbacks"]
     old = {"reason": "callbacks returned errors: [('pmtest_legacy.6', 'bus[suspend]', -5)]"}
     assert failed_callbacks(old) == [{"device": "pmtest_legacy.6", "cb": "bus[suspend]", "err": -5}]
+
+
+# ------------------------------------------------------------------ version 3: compact callbacks, --keep
+
+def fresh_process():
+    """Forget every shared value read or made so far, as a new process would."""
+    from lab import records as record_format
+
+    record_format._shared.clear()
+    record_format._shared_files.clear()
+    record_format._layout_columns.clear()
+
+
+def recorded_cycle(name, keep, tmp_path):
+    """A recorded cycle judged and recorded again as lab/cycle.py run_cycle
+    does it (judge_with_order, keep_evidence, RunDir.append)."""
+    from lab import modes
+    from lab.cycle import judge_with_order, keep_evidence
+    from recordings_util import records, report
+
+    recorded = records()[name]
+    text = report(name)
+    record = {key: recorded[key] for key in ("cycle", "mode", "wake", "guest_boot_id", "timeline", "token")}
+    record.update(record_version=3, run_id="again", status="done")
+    record.update(judge_with_order(modes.parse_mode(recorded["mode"], recorded["wake"]), text, 0,
+                                   recorded["libvirt_events"], recorded["evidence"], recorded["timeline"],
+                                   recorded["token"], recorded["guest_boot_id"]))
+    run = RunDir(str(tmp_path), "again", keep=keep)
+    keep_evidence(run, record, text, recorded["evidence"])
+    run.append(record)
+    return run, recorded, text
+
+
+def test_failing_cycle_keeps_all_its_evidence_under_keep_failures(tmp_path):
+    """The recorded ->suspend fault: its record and report still carry the
+    console lines, the trace (callbacks) and the pmtest log that explain it."""
+    import gzip
+
+    from lab import guest_report, records as record_format, trace
+
+    run, recorded, text = recorded_cycle("mem-fault-suspend", "failures", tmp_path)
+    fresh_process()
+    again, = read_cycles(run.cycles_path)
+    assert again["verdict"] == "fail" and again["evidence"] == recorded["evidence"]
+    assert any("returns -5" in line for line in again["evidence"])  # the kernel's own word, on the console
+    with gzip.open(run.file(again["report"]), "rt") as source:
+        kept = source.read()
+    assert kept == text
+    parts = guest_report.sections(kept)
+    assert "pmtest_legacy.6" in parts["pmtest_log"]
+    assert trace.failed_callbacks(trace.callbacks(trace.parse(parts["trace"])))[0][0] == \
+        "pmtest_legacy.6 (pmtest_legacy)"
+    # the record alone names the failed callback and carries every callback and the pmtest log
+    calls = record_format.callbacks(again)
+    assert [c["err"] for c in calls["pmtest_legacy.6 (pmtest_legacy)"] if c["err"]] == [-5]
+    assert record_format.callback_errors(again)[0]["device"] == "pmtest_legacy.6 (pmtest_legacy)"
+    assert record_format.pmtest(again)["pmtest_legacy.6"]
+    assert len(calls) == len(trace.callbacks(trace.parse(parts["trace"])))
+
+
+def test_passing_cycle_under_keep_failures_is_small_and_keeps_no_report(tmp_path):
+    run, recorded, _ = recorded_cycle("mem", "failures", tmp_path)
+    again, = read_cycles(run.cycles_path)
+    assert again["verdict"] == "pass" and "report" not in again and not os.path.isdir(run.file("reports"))
+    assert again["evidence"] == [] and again["evidence_lines"] == len(recorded["evidence"])
+    with open(run.cycles_path, "rb") as source:
+        assert len(source.read()) < 5000
+    full_run, _, _ = recorded_cycle("mem", "full", tmp_path / "full")
+    full, = read_cycles(full_run.cycles_path)
+    assert os.path.isfile(full_run.file(full["report"])) and full["evidence"] == recorded["evidence"]
+
+
+def test_version3_callbacks_read_back_as_traced_and_travel_between_runs(tmp_path):
+    """The compact fields give back every callback of the recorded trace; a
+    record read from one run and appended to another takes its shared values
+    along (a nightly chunk, a merged shard)."""
+    from lab import pmtest_log, records as record_format, trace
+    from recordings_util import report
+    from lab import guest_report
+
+    parts = guest_report.sections(report("mem-fault-resume"))
+    sequences = trace.callbacks(trace.parse(parts["trace"]))
+    log = pmtest_log.by_device(pmtest_log.parse(parts["pmtest_log"]))
+    compact = dict(record(1), record_version=3, **record_format.compact_fields(sequences, log))
+    first = RunDir(str(tmp_path), "first")
+    first.append(compact)
+    fresh_process()
+    read, = read_cycles(first.cycles_path)
+    expected = {device: [{"cb": c["cb"], "driver": trace.split_device_id(device)[1], "t": None, "us": c["us"],
+                          "err": c["err"]} for c in calls] for device, calls in sequences.items()}
+    assert record_format.callbacks(read) == expected and record_format.pmtest(read) == log
+    second = RunDir(str(tmp_path), "second")
+    second.append(dict(read, cycle=7))
+    fresh_process()
+    moved, = read_cycles(second.cycles_path)
+    assert record_format.callbacks(moved) == expected
+    second.append(dict(moved, cycle=8))  # the run holds them already: not written again
+    with open(os.path.join(second.path, record_format.SHARED_FILE)) as source:
+        assert len(source.readlines()) == 2  # the layout and the pmtest log, once
+    fresh_process()
+    try:
+        RunDir(str(tmp_path), "third").append(dict(moved, cycle=9))  # values this process never saw
+    except record_format.RecordError as error:
+        assert "neither read" in str(error)
+    else:
+        raise AssertionError("a record whose shared values are unknown was written")
+
+
+def test_committed_version_2_and_1_recordings_still_read(tmp_path):
+    """run-cycles.jsonl.gz (version 2 triples) and cycles.jsonl (version 1
+    without callbacks) read through the same accessor."""
+    import gzip
+
+    from lab import records as record_format
+    from recordings_util import RECORDINGS
+
+    path = tmp_path / "cycles.jsonl"
+    with gzip.open(os.path.join(RECORDINGS, "run-cycles.jsonl.gz"), "rb") as source:
+        path.write_bytes(source.read())
+    run = read_cycles(str(path))
+    assert len(run) == 6
+    calls = record_format.callbacks(run[0])
+    assert len(calls) == 712 and calls["platform"][0] == {"cb": "[suspend]", "driver": None, "t": None,
+                                                         "us": 426.0, "err": 0}
+    assert record_format.pmtest(run[0])["pmtest_full.0"][0] == "prepare:suspend=0"
+    assert record_format.callback_errors(run[0]) == []
+    old = read_cycles(os.path.join(RECORDINGS, "cycles.jsonl"))
+    assert all(record_format.callbacks(r) == {} for r in old)

@@ -92,8 +92,8 @@ def main():
             if record["status"] == "done":
                 record["recording"] = names.get(record["cycle"], "hang" if record["cycle"] == 200 else None)
                 # The reports hold these in full; keep the recording small.
-                record.pop("callbacks", None)
-                record.pop("pmtest", None)
+                for field in ("callbacks", "pmtest", "callback_table", "pmtest_ref"):  # v3 refers to shared.jsonl
+                    record.pop(field, None)
                 out.write(json.dumps(record) + "\n")
     consoles = sorted(os.listdir(rundir.file("console")))
     for index, name in enumerate(consoles):
