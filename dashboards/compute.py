@@ -13,7 +13,8 @@ Sections (dashboards/schema/dashboard.v1.json):
                first / last occurrence (run id, cycle, host_start).
   failures     every cycle that did not pass, oldest first (the newest 500).
   latency      per device and PM phase: callback time median / p95 / max (us)
-               from the records' callbacks field; top_p95 lists the slowest.
+               from the records' callbacks field, and the cycle of the max
+               (max_at: run id, cycle); top_p95 lists the slowest.
   timing       guest suspend_ms / resume_ms of passing cycles per mode:
                fixed histogram bins and percentiles.
   host_time    where a cycle's host wall time goes: per mode, over passing
@@ -144,11 +145,15 @@ def latency(cycles):
         for device, calls in cycle["callbacks"].items():
             for call in calls:
                 phase = buckets.callback_phase(call["cb"])
-                entry = samples.setdefault((device, phase), {"us": [], "errors": 0, "unfinished": 0})
+                entry = samples.setdefault((device, phase), {"us": [], "errors": 0, "unfinished": 0, "max_at": None})
                 if call["us"] is None:
                     entry["unfinished"] += 1
                 else:
                     entry["us"].append(call["us"])
+                    # the slowest call's cycle (the earliest of equals: order-independent)
+                    at = (-call["us"], cycle["run_id"], cycle["cycle"])
+                    if entry["max_at"] is None or at < entry["max_at"]:
+                        entry["max_at"] = at
                 if call["err"]:
                     entry["errors"] += 1
                 if call["driver"]:
@@ -160,7 +165,8 @@ def latency(cycles):
         stats = {"n": len(ordered), "errors": entry["errors"], "unfinished": entry["unfinished"],
                  "median": round(statistics.median(ordered), 1) if ordered else None,
                  "p95": round(nearest_rank(ordered, 0.95), 1) if ordered else None,
-                 "max": round(ordered[-1], 1) if ordered else None}
+                 "max": round(ordered[-1], 1) if ordered else None,
+                 "max_at": {"run_id": entry["max_at"][1], "cycle": entry["max_at"][2]} if ordered else None}
         block = devices.setdefault(device, {"driver": ",".join(sorted(drivers.get(device, ()))) or None,
                                             "phases": {}})
         block["phases"][phase] = stats

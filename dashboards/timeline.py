@@ -303,24 +303,28 @@ def _stderr(message):
     print(message, file=sys.stderr)
 
 
-def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr):
+def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, extra=()):
     """Pages of a run directory: the cycles numbered in `cycles`, or every
-    cycle that did not pass. {(run id, cycle): path}. A cycle that cannot be
-    drawn (its report missing or malformed, a cycle asked for that is not
-    there) goes to warn(message), one that has nothing to draw (no report:
-    the host decided it) to note(message); both are skipped."""
+    cycle that did not pass plus those named in `extra` ((run id, cycle)
+    pairs; one not in this directory is no problem: shards). Returns
+    {(run id, cycle): path}. A cycle that cannot be drawn (its report
+    missing or malformed, a cycle asked for that is not there) goes to
+    warn(message), one with nothing to draw (no report: the host decided
+    it) to note(message); both are skipped. Records are only read."""
     path = records.cycles_path(run_dir)
     if not os.path.isfile(path):
         raise TimelineError(f"{run_dir} is not a run directory: it has no cycles.jsonl")
     wanted = None if cycles is None else {int(c) for c in cycles}
-    written = {}
-    found = set()
+    extra = set(extra)
+    written, found = {}, set()
     for record in records.read_cycles(path):
         number = record["cycle"]
+        run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
+            else os.path.basename(os.path.abspath(run_dir))
         if wanted is not None and number not in wanted:
             continue
         found.add(number)
-        if wanted is None and not draws(record):
+        if wanted is None and not (draws(record) or (run_id, number) in extra):
             continue
         if wanted is None and not record.get("report"):
             # a hang or lab error the host decided: there is no trace to draw
@@ -328,8 +332,7 @@ def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr):
                  "(the host's watch decided this cycle)")
             continue
         try:
-            written[(record.get("run_id") or os.path.basename(os.path.abspath(run_dir)), number)] = \
-                write_cycle(run_dir, record)
+            written[(run_id, number)] = write_cycle(run_dir, record)
         except TimelineError as error:
             warn(f"timeline: {run_dir} cycle {number}: {error}")
     for number in sorted((wanted or set()) - found):
@@ -337,31 +340,59 @@ def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr):
     return written
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="pmlab timeline", description="Draw cycles' timeline pages (phases, device callbacks, the failing "
-        "call, pmtest records, console lines, oracle violations) into RUN_DIR/timelines/cycle-NNNN.html.",
-        epilog="Exit: 0 every page asked for was written, 1 some cycle could not be drawn, 2 bad input.")
-    parser.add_argument("run", metavar="RUN_DIR", help="a run directory (holding cycles.jsonl and reports/)")
-    parser.add_argument("cycles", nargs="*", type=int, metavar="CYCLE",
-                        help="cycle numbers to draw (default: every cycle that did not pass)")
-    args = parser.parse_args(argv)
+def for_dashboard(paths, dashboard, warn=_stderr, note=_stderr):
+    """The pages a dashboard links to, for the runs under `paths` (as
+    dashboards.compute reads them): every cycle that did not pass and the
+    slowest cycle of each row of the slowest-callbacks table.
+    {(run id, cycle): path}."""
+    from dashboards import inputs
+
+    slowest = {(row["max_at"]["run_id"], row["max_at"]["cycle"])
+               for row in dashboard.get("latency", {}).get("top_p95", []) if row.get("max_at")}
+    written = {}
+    for cycles_file in inputs.find_run_dirs(paths, inputs.Inputs()):
+        run_dir = os.path.dirname(cycles_file)
+        try:
+            written.update(write_run(run_dir, warn=warn, note=note, extra=slowest))
+        except TimelineError as error:
+            warn(f"timeline: {error}")
+    return written
+
+
+DESCRIPTION = ("Draw cycles' timeline pages (suspend/resume phases, one row per device grouped by parent, "
+               "callback bars, the failing callback, pmtest records, console lines and oracle violations on "
+               "hover) into RUN_DIR/timelines/cycle-NNNN.html, and print the paths written.")
+EPILOG = "Exit: 0 every page asked for was written, 1 some cycle could not be drawn, 2 bad input."
+
+
+def draw_and_print(run_dir, cycles):
+    """The command: pages of run_dir's `cycles` (all that did not pass when
+    empty), their paths on stdout; the exit status."""
     problems = []
 
     def warn(message):
         problems.append(message)
-        print(message, file=sys.stderr)
+        _stderr(message)
 
     try:
-        written = write_run(args.run, args.cycles or None, warn)
+        written = write_run(run_dir, cycles or None, warn)
     except TimelineError as error:
-        print(f"timeline: {error}", file=sys.stderr)
+        _stderr(f"timeline: {error}")
         return 2
     for path in written.values():
         print(path)
     if not written and not problems:
-        print(f"timeline: {args.run}: every cycle passed; name a cycle to draw it", file=sys.stderr)
+        _stderr(f"timeline: {run_dir}: no cycle to draw (every cycle passed?); name a cycle to draw it")
     return 1 if problems else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m dashboards.timeline", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("run", metavar="RUN_DIR", help="a run directory (holding cycles.jsonl and reports/)")
+    parser.add_argument("cycles", nargs="*", type=int, metavar="CYCLE",
+                        help="cycle numbers to draw (default: every cycle that did not pass)")
+    args = parser.parse_args(argv)
+    return draw_and_print(args.run, args.cycles)
 
 
 if __name__ == "__main__":
