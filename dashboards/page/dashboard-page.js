@@ -46,9 +46,9 @@
   }
   /* Timeline pages (dashboards/timeline.py), {"<run id>/<cycle>": relative href}, embedded by render.py */
   var timelineLinks = {};
-  function timelineLink(occ, text) {
+  function timelineLink(occ, text, withoutPage) {
     var href = occ && timelineLinks[occ.run_id + '/' + occ.cycle];
-    if (!href) return text === 'timeline' ? null : text;
+    if (!href) return withoutPage === undefined ? text : withoutPage;
     var link = el('a', 'timeline-link', text);
     link.href = href;
     link.title = 'timeline of run ' + occ.run_id + ' cycle ' + occ.cycle;
@@ -420,7 +420,7 @@
       ['phase', function (r) { return r.phase; }],
       ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],
       ['reason', function (r) { return r.reason; }, 'text'],
-      ['timeline', function (r) { return timelineLink(r, 'timeline') || '\u2013'; }]
+      ['timeline', function (r) { return timelineLink(r, 'timeline', '\u2013'); }]
     ], f.cycles.slice().reverse(), 'Every cycle passed.');
   }
 
