@@ -172,6 +172,10 @@ def model(record, report_text):
     by_name = {}
     for row in rows:
         by_name.setdefault(row["name"], []).append(row)
+    position = {row["device"]: index for index, row in enumerate(rows)}
+    for row in rows:  # the row it is drawn under (_tree_order's holder), for the page's filter
+        holder = next((r for r in by_name.get(row["parent"], []) if r is not row), None) if row["parent"] else None
+        row["parent_row"] = position[holder["device"]] if holder and row["depth"] else None
 
     def enclosing(name, ts):
         """The call of a device named `name` running at trace time ts."""

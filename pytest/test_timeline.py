@@ -87,8 +87,9 @@ def test_model_follows_the_trace(name):
             nested += 1
             holder = holders[0]
             assert position[holder["device"]] < index and row["depth"] == holder["depth"] + 1
+            assert row["parent_row"] == position[holder["device"]]
         else:
-            assert row["depth"] == 0
+            assert row["depth"] == 0 and row["parent_row"] is None
     assert nested > 50
     # the failing callback, and only it, flagged
     failed = [(row["device"], call["cb"], call["err"]) for row, call in all_calls(data) if call["failed"]]

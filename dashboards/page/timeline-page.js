@@ -68,12 +68,18 @@
   }
   function visibleRows() {
     var needle = state.filter.toLowerCase();
-    return data.rows.map(function (row, index) { return {row: row, index: index}; }).filter(function (item) {
-      var row = item.row;
+    var shown = data.rows.map(function (row) {
       if (needle && row.device.toLowerCase().indexOf(needle) < 0) return false;
       if (!state.minUs || interesting(row)) return true;
       return row.calls.some(function (c) { return c.us !== null && c.us >= state.minUs; });
     });
+    /* a shown device keeps its ancestors' rows, so the grouping stays readable */
+    shown.forEach(function (isShown, index) {
+      for (var up = isShown ? data.rows[index].parent_row : null; up !== null && up !== undefined && !shown[up];
+           up = data.rows[up].parent_row) shown[up] = 'ancestor';
+    });
+    return data.rows.map(function (row, index) { return {row: row, index: index, ancestor: shown[index] === 'ancestor'}; })
+      .filter(function (item) { return shown[item.index]; });
   }
 
   /* ------------------------------------------------------------ header */
@@ -143,7 +149,8 @@
       node.appendChild(item);
     });
     [['#5470c6', 'callback'], ['#f9ab00', 'returned an error (not a failure)'], ['#d93025', 'failed callback'],
-     ['#a142f4', 'never returned'], ['#8430ce', '\u25bc oracle violation']].forEach(function (pair) {
+     ['#a142f4', 'never returned'], ['#000000', 'outlined: a pmtest record in the call'],
+     ['#8430ce', '\u25bc oracle violation']].forEach(function (pair) {
       var item = el('span');
       var swatch = el('span', 'swatch');
       swatch.style.background = pair[0];
@@ -265,7 +272,8 @@
       var name = row.name + (row.driver ? ' (' + row.driver + ')' : '');
       var room = Math.floor((LABEL - 8 - row.depth * 10) / 6.6);
       var shown = name.length > room ? name.slice(0, Math.max(1, room - 1)) + '\u2026' : name;
-      var label = svg('text', {'class': 'label' + (row.failed ? ' failed' : row.violations.length ? ' violated' : ''),
+      var label = svg('text', {'class': 'label' + (row.failed ? ' failed' : row.violations.length ? ' violated' : '') +
+                                        (item.ancestor ? ' ancestor' : ''),
                                x: 4 + row.depth * 10, y: y + ROW - 4, 'data-row': item.index}, shown);
       label.appendChild(svg('title', {}, rowText(row).join('\n')));
       group.appendChild(label);
