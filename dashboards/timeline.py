@@ -307,33 +307,54 @@ def _stderr(message):
     print(message, file=sys.stderr)
 
 
-def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, extra=()):
-    """Pages of a run directory: the cycles numbered in `cycles`, or every
-    cycle that did not pass plus those named in `extra` ((run id, cycle)
-    pairs; one not in this directory is no problem: shards). Returns
-    {(run id, cycle): path}. A cycle that cannot be drawn (its report
-    missing or malformed, a cycle asked for that is not there) goes to
-    warn(message), one with nothing to draw (no report: the host decided
+def _up_to_date(page_path, sources):
+    """Is the page newer than everything it is drawn from (the record file,
+    the report, this module and the page's template, script and style)?"""
+    try:
+        drawn = os.path.getmtime(page_path)
+        return all(os.path.getmtime(source) <= drawn for source in sources)
+    except OSError:
+        return False
+
+
+CODE = [os.path.abspath(__file__)] + [os.path.join(PAGE, name) for name in (TEMPLATE, SCRIPT, STYLE)]
+
+
+def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, pairs=None):
+    """Pages of a run directory: the cycles numbered in `cycles`; or, with
+    `pairs` ((run id, cycle) pairs; one not in this directory is no
+    problem: shards), those of them found here, each redrawn only when
+    older than what it is drawn from; else every cycle that did not pass.
+    Returns {(run id, cycle): path}. A cycle that cannot be drawn (its
+    report missing or malformed, a cycle asked for that is not there) goes
+    to warn(message), one with nothing to draw (no report: the host decided
     it) to note(message); both are skipped. Records are only read."""
     path = records.cycles_path(run_dir)
     if not os.path.isfile(path):
         raise TimelineError(f"{run_dir} is not a run directory: it has no cycles.jsonl")
     wanted = None if cycles is None else {int(c) for c in cycles}
-    extra = set(extra)
     written, found = {}, set()
     for record in records.read_cycles(path):
         number = record["cycle"]
         run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
             else os.path.basename(os.path.abspath(run_dir))
-        if wanted is not None and number not in wanted:
-            continue
-        found.add(number)
-        if wanted is None and not (draws(record) or (run_id, number) in extra):
+        if wanted is not None:
+            if number not in wanted:
+                continue
+            found.add(number)
+        elif pairs is not None:
+            if (run_id, number) not in pairs:
+                continue
+        elif not draws(record):
             continue
         if wanted is None and not record.get("report"):
             # a hang or lab error the host decided: there is no trace to draw
             note(f"timeline: {run_dir} cycle {number}: not drawn: no guest report "
                  "(the host's watch decided this cycle)")
+            continue
+        page_path = os.path.join(run_dir, DIRECTORY, page_name(number))
+        if pairs is not None and _up_to_date(page_path, [path, os.path.join(run_dir, record["report"])] + CODE):
+            written[(run_id, number)] = page_path
             continue
         try:
             written[(run_id, number)] = write_cycle(run_dir, record)
@@ -344,20 +365,29 @@ def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, extra=()):
     return written
 
 
+def linked_cycles(dashboard):
+    """The (run id, cycle) pairs a dashboard can link to a timeline: the
+    cycles that did not pass it lists, its buckets' first and last, and the
+    slowest call of each row of its slowest-callbacks table."""
+    pairs = {(c["run_id"], c["cycle"]) for c in dashboard.get("failures", {}).get("cycles", [])}
+    for bucket in dashboard.get("buckets", []):
+        pairs |= {(bucket[end]["run_id"], bucket[end]["cycle"]) for end in ("first", "last") if bucket.get(end)}
+    pairs |= {(row["max_at"]["run_id"], row["max_at"]["cycle"])
+              for row in dashboard.get("latency", {}).get("top_p95", []) if row.get("max_at")}
+    return pairs
+
+
 def for_dashboard(paths, dashboard, warn=_stderr, note=_stderr):
-    """The pages a dashboard links to, for the runs under `paths` (as
-    dashboards.compute reads them): every cycle that did not pass and the
-    slowest cycle of each row of the slowest-callbacks table.
-    {(run id, cycle): path}."""
+    """The pages a dashboard links to (linked_cycles), for the runs under
+    `paths` (as dashboards.compute reads them). {(run id, cycle): path}."""
     from dashboards import inputs
 
-    slowest = {(row["max_at"]["run_id"], row["max_at"]["cycle"])
-               for row in dashboard.get("latency", {}).get("top_p95", []) if row.get("max_at")}
+    pairs = linked_cycles(dashboard)
     written = {}
     for cycles_file in inputs.find_run_dirs(paths, inputs.Inputs()):
         run_dir = os.path.dirname(cycles_file)
         try:
-            written.update(write_run(run_dir, warn=warn, note=note, extra=slowest))
+            written.update(write_run(run_dir, warn=warn, note=note, pairs=pairs))
         except TimelineError as error:
             warn(f"timeline: {error}")
     return written

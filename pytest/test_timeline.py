@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -334,6 +335,15 @@ def test_dashboard_draws_the_pages_it_links(linked_dashboard):
     for href in links.values():
         assert href.startswith("recording/timelines/cycle-") and os.path.isfile(results / href)
     assert "cycle 200: not drawn: no guest report" in stderr  # the hang without a report: said, not drawn
+    # drawn again only when what a page is drawn from changed
+    nine = results / links["recording/9"]
+    os.utime(nine, (1e9, 4e9))  # newer than anything: kept as it is
+    again = timeline.for_dashboard([str(results)], board, note=lambda message: None)
+    assert set(again) == {tuple([k.split("/")[0], int(k.split("/")[1])]) for k in links}
+    assert os.path.getmtime(nine) == 4e9
+    os.utime(nine, (1e9, 1e9))  # older than its report: drawn again
+    timeline.for_dashboard([str(results)], board, note=lambda message: None)
+    assert abs(os.path.getmtime(nine) - time.time()) < 600
     # max_at names the cycle of the slowest call
     for row in board["latency"]["top_p95"]:
         cycle = next(r for r in testing.with_callbacks(testing.recorded_records())
