@@ -183,7 +183,7 @@ def hostile_run(base):
     (run / "reports").mkdir(parents=True)
     record = copy.deepcopy(recorded("mem-fault-suspend"))
     record["reason"] = record["reason"].replace("pmtest_legacy.6", SCRIPT_DEVICE)
-    record["evidence"] = record["evidence"] + [IMG_LINE]
+    record["evidence"] = [line.replace("pmtest_legacy.6", SCRIPT_DEVICE) for line in record["evidence"]] + [IMG_LINE]
     text = report("mem-fault-suspend").replace("pmtest_legacy.6", SCRIPT_DEVICE)
     with gzip.open(run / record["report"], "wt") as out:
         out.write(text)
@@ -262,6 +262,28 @@ def test_page_draws_highlights_and_escapes(hostile):
     assert "20 ms" in dom.texts_in("axis")
 
 
+def failing_call(data):
+    """'ROW.CALL' of the model's failing callback."""
+    ((row, call),) = [(r, c) for r, row in enumerate(data["rows"]) for c, call in enumerate(row["calls"])
+                      if call["failed"]]
+    return f"{row}.{call}"
+
+
+@pytest.mark.browser
+def test_tooltip_shows_the_calls_pmtest_record_and_console_lines(hostile):
+    path, data = hostile
+    dom, stderr = load(path + "#call=" + failing_call(data))
+    assert problems_of(dom, stderr, data) == []
+    (tip,) = [attrs for tag, attrs, _ in dom.elements if attrs.get("id") == "tooltip"]
+    assert "hidden" not in tip
+    lines = dom.texts_in("tooltip")
+    assert lines[0] == f"{SCRIPT_DEVICE} (pmtest_legacy)   parent: pmtest_legacy.2"
+    assert lines[1].startswith("bus[suspend]  (suspend)  199.0 \u00b5s  err=-5  FAILED")
+    assert f"pmtest seq=1130 {SCRIPT_DEVICE} cb=suspend event=suspend ret=-5" in lines
+    assert f"console {IMG_LINE}" in lines
+    assert any("dpm_run_callback(): platform_pm_suspend+0x0/0x2a returns -5" in line for line in lines)
+
+
 @pytest.mark.browser
 def test_the_checks_catch_html_injection(hostile, tmp_path, monkeypatch):
     """The same checks on a page whose script uses innerHTML: they fail."""
@@ -286,7 +308,9 @@ def test_screenshot_of_the_fault_suspend_cycle(tmp_path):
     run = make_run_dir(tmp_path / "run")
     path = timeline.write_run(str(run), [9])[("recording", 9)]
     shot = tmp_path / "timeline.png"
-    _, stderr = chromium("file://" + path + "#min-us=100", f"--screenshot={shot}", "--window-size=1400,1000")
+    call = failing_call(timeline.model(recorded("mem-fault-suspend"), report("mem-fault-suspend")))
+    _, stderr = chromium("file://" + path + "#min-us=100&call=" + call, f"--screenshot={shot}",
+                         "--window-size=1400,1000")
     assert console_messages(stderr) == []
     width, height, bpp, rows = read_png(str(shot))
     assert (width, height) == (1400, 1000)

@@ -6,7 +6,8 @@
  * setAttribute only, never innerHTML. When drawn: <body data-drawn="ready"
  * data-rows="N" data-bars="N" data-failed-bars="N">; errors caught on the
  * page are counted in <body data-errors> and logged to the console.
- * The location hash may set the filter: #min-us=100.
+ * The location hash may set the filter and pin one callback's tooltip:
+ * #min-us=100&call=ROW.CALL (indices into the model's rows and their calls).
  */
 (function () {
   'use strict';
@@ -95,7 +96,7 @@
     document.getElementById('summary').textContent = parts.join(' \u00b7 ');
   }
 
-  function jump(rowIndex) {
+  function jump(rowIndex, callIndex) {
     var link = el('a', null, 'show');
     link.href = '#';
     link.addEventListener('click', function (event) {
@@ -107,6 +108,9 @@
       var target = document.getElementById('row-' + rowIndex);
       var holder = document.getElementById('timeline');
       if (target) holder.scrollTop = Number(target.getAttribute('y')) - 40;
+      var bar = callIndex === undefined ? null :
+        document.querySelector('rect.bar[data-row="' + rowIndex + '"][data-call="' + callIndex + '"]');
+      if (bar) { var box = bar.getBoundingClientRect(); showTip(rowIndex, callIndex, box.right, box.bottom); }
     });
     return link;
   }
@@ -116,11 +120,11 @@
     var c = data.cycle;
     if (c.reason) list.appendChild(el('li', 'fail', 'reason: ' + c.reason));
     data.rows.forEach(function (row, index) {
-      row.calls.forEach(function (call) {
+      row.calls.forEach(function (call, callIndex) {
         if (!call.failed) return;
         var item = el('li', 'fail', 'failed callback: ' + row.device + ' ' + call.cb + ' err=' + call.err +
           ' at ' + ms(call.start_ms) + ', took ' + duration(call.us) + ' ');
-        item.appendChild(jump(index));
+        item.appendChild(jump(index, callIndex));
         list.appendChild(item);
       });
     });
@@ -350,17 +354,39 @@
     var target = event.target;
     var rowIndex = target.getAttribute && target.getAttribute('data-row');
     if (rowIndex === null || rowIndex === undefined) { tip.hidden = true; return; }
-    var row = data.rows[Number(rowIndex)];
     var callIndex = target.getAttribute('data-call');
-    var call = callIndex === null ? null : row.calls[Number(callIndex)];
+    showTip(Number(rowIndex), callIndex === null ? null : Number(callIndex), event.clientX, event.clientY);
+  }
+
+  function showTip(rowIndex, callIndex, clientX, clientY) {
+    var tip = document.getElementById('tooltip');
+    var row = data.rows[rowIndex];
+    var call = callIndex === null ? null : row.calls[callIndex];
     clear(tip);
     tooltipLines(row, call).forEach(function (pair) { tip.appendChild(el('div', pair[0], pair[1])); });
     tip.hidden = false;
-    var left = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
-    var top = event.clientY + 14;
-    if (top + tip.offsetHeight > window.innerHeight) top = Math.max(0, event.clientY - tip.offsetHeight - 10);
+    var left = Math.min(clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+    var top = clientY + 14;
+    if (top + tip.offsetHeight > window.innerHeight) top = Math.max(0, clientY - tip.offsetHeight - 10);
     tip.style.left = Math.max(0, left) + 'px';
     tip.style.top = top + 'px';
+  }
+
+  /* #call=ROW.CALL: scroll to that callback and show its tooltip (a link to one call) */
+  function pinnedCall() {
+    var wanted = /call=(\d+)\.(\d+)/.exec(window.location.hash);
+    if (!wanted) return;
+    var rowIndex = Number(wanted[1]), callIndex = Number(wanted[2]);
+    if (!data.rows[rowIndex] || !data.rows[rowIndex].calls[callIndex]) {
+      pageError('#call=' + rowIndex + '.' + callIndex + ': no such callback');
+      return;
+    }
+    var bar = document.querySelector('rect.bar[data-row="' + rowIndex + '"][data-call="' + callIndex + '"]');
+    if (!bar) return;  /* filtered out */
+    var holder = document.getElementById('timeline');
+    holder.scrollTop = Math.max(0, Number(bar.getAttribute('y')) - 60);
+    var box = bar.getBoundingClientRect();
+    showTip(rowIndex, callIndex, box.right, box.bottom);
   }
 
   /* ------------------------------------------------------------ main */
@@ -381,7 +407,7 @@
     if (data.schema !== 'pmlab-timeline/1') pageError('unexpected timeline schema ' + data.schema);
     var wanted = /min-us=(\d+)/.exec(window.location.hash);
     if (wanted) { state.minUs = Number(wanted[1]); document.getElementById('min-us').value = wanted[1]; }
-    [summary, findings, legend, consoleLines, fit, draw].forEach(function (step) {
+    [summary, findings, legend, consoleLines, fit, draw, pinnedCall].forEach(function (step) {
       try { step(); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });
     document.getElementById('zoom-in').addEventListener('click', function () { state.pxPerMs *= 2; draw(); });
