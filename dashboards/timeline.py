@@ -79,10 +79,28 @@ def _same_device(identity, named):
     return name == other_name and (other_driver is None or driver is None or driver == other_driver)
 
 
-def _mention(name):
-    """A pattern for console lines that name the device as a whole word
-    (pmtest_full.1 is not named by pmtest_full.10, nor ttyS1 by ttyS10)."""
-    return re.compile(r"(?<![\w.:/-])" + re.escape(name) + r"(?![\w/-]|[.:]\w)")
+# A device name as console lines print it; names are matched as whole tokens
+# (pmtest_full.1 is not named by pmtest_full.10, nor platform by
+# /devices/platform/i8042), a trailing "." or ":" being punctuation.
+TOKEN = re.compile(r"[\w.:/-]+")
+
+
+def console_index(lines):
+    """{token: [line, ...]} of console lines, for lines_naming()."""
+    index = {}
+    for line in lines:
+        for token in set(match.rstrip(".:") for match in TOKEN.findall(line)):
+            index.setdefault(token, []).append(line)
+    return index
+
+
+def lines_naming(name, lines, index):
+    """The console lines that name a device, in their order."""
+    if TOKEN.fullmatch(name):
+        return index.get(name, [])
+    # a name with other characters (no kernel name has them): search for it whole
+    pattern = re.compile(r"(?<![\w.:/-])" + re.escape(name) + r"(?![\w/-]|[.:]\w)")
+    return [line for line in lines if pattern.search(line)]
 
 
 def _tree_order(devices, parents, first_start):
@@ -148,13 +166,13 @@ def model(record, report_text):
     failing_trace = {(device, cb) for device, cb, _ in trace.failed_callbacks(sequences)}
     failing_record = records.failed_callbacks(record)
     evidence = [line for line in (record.get("evidence") or []) if isinstance(line, str)]
+    console_lines = console_index(evidence)
     violations = [v for v in (record.get("ordering_violations") or []) if isinstance(v, dict)]
 
     first_start = {device: calls[0]["t"] for device, calls in sequences.items()}
     rows, call_at = [], []
     for device, depth in _tree_order(list(sequences), parents, first_start):
         name, driver = trace.split_device_id(device)
-        mention = _mention(name)
         calls = []
         for call in sequences[device]:
             item = {"cb": call["cb"], "phase": trace.phase_of(call["cb"]), "start_ms": _ms(call["t"], t0),
@@ -167,7 +185,7 @@ def model(record, report_text):
             call_at.append((device, name, call["t"], call["us"], item))
         rows.append({"device": device, "name": name, "driver": driver, "parent": parents.get(device),
                      "depth": depth, "calls": calls, "pmtest": [], "violations": [],
-                     "console": [line for line in evidence if mention.search(line)],
+                     "console": lines_naming(name, evidence, console_lines),
                      "failed": any(c["failed"] for c in calls)})
     by_name = {}
     for row in rows:

@@ -109,6 +109,11 @@ def test_model_places_pmtest_records_and_console_lines():
     # pmtest_legacy.6 is not pmtest_legacy.60's, nor another device's line
     other = next(r for r in data["rows"] if r["name"] == "pmtest_legacy.5")
     assert other["console"] == []
+    lines = ["a pmtest_full.10: x", "b pmtest_full.1: y.", "c /devices/platform/pmtest_full.1/z", "d (pmtest_full.1)",
+             "e pmtest_full.1.", "f pmtest_full.1.2"]
+    index = timeline.console_index(lines)
+    assert timeline.lines_naming("pmtest_full.1", lines, index) == [lines[1], lines[3], lines[4]]
+    assert timeline.lines_naming("<b>x</b>", ["1 <b>x</b>: y", "2 <b>x</b>z"], {}) == ["1 <b>x</b>: y"]
 
 
 def test_model_marks_oracle_violations_at_their_calls():

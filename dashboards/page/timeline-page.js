@@ -234,8 +234,8 @@
       group.appendChild(svg('rect', {x: x0, y: y, width: w, height: LANE - 2, fill: phaseColour(p.name),
                                      stroke: '#666', 'stroke-width': 0.5}));
       if (w > p.name.length * 6.5) {
-        group.appendChild(svg('text', {'class': 'phase-label', x: x0 + 3, y: y + LANE - 4,
-                                       fill: p.name === 'machine_suspend' ? '#fff' : '#1d1d1f'}, p.name));
+        group.appendChild(svg('text', {'class': 'phase-label' + (p.name === 'machine_suspend' ? ' on-dark' : ''),
+                                       x: x0 + 3, y: y + LANE - 4}, p.name));
       }
       group.appendChild(svg('title', {}, p.name + '[' + p.val + ']: ' + ms(p.start_ms) + ' \u2013 ' + ms(p.end_ms)));
       head.appendChild(group);
