@@ -20,11 +20,11 @@ import argparse
 import base64
 import gzip
 import hashlib
-import json
 import os
 import re
 import sys
 
+from dashboards import render
 from lab import guest_report, pmtest_log, records, trace
 from lab.oracle import observe
 
@@ -250,13 +250,6 @@ def model(record, report_text):
     }
 
 
-def embed(data):
-    """JSON text safe inside a <script> element: no string in it can close
-    the element ("</script>") or open a comment."""
-    text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 def _csp_hash(text):
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
@@ -277,7 +270,7 @@ def page(data):
                "img-src data:",
         "TITLE": title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;"),
         "STYLE": style,
-        "DATA": embed(data),
+        "DATA": render.embed(data),  # no string in it can close the element
         "SCRIPT": script,
     }
     for key in values:

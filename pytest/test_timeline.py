@@ -404,3 +404,10 @@ def test_render_links_are_relative_and_quoted(tmp_path):
     out = str(tmp_path / "site")
     got = render.links({("run a", 3): str(tmp_path / "run a" / "timelines" / "cycle-0003.html")}, out)
     assert got == {"run a/3": "../run%20a/timelines/cycle-0003.html"}
+
+
+def test_page_code_uses_no_html_sinks():
+    with open(os.path.join(timeline.PAGE, timeline.SCRIPT)) as source:
+        code = source.read()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in code.replace("never innerHTML", ""), sink
