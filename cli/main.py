@@ -118,7 +118,9 @@ def dashboard(argv):
     from dashboards import compute, render
     parser = argparse.ArgumentParser(
         prog="pmlab dashboard", description="The dashboard over result runs: dashboards.compute writes "
-        "the JSON, dashboards.render the page next to it (Chart.js).")
+        "the JSON, dashboards.render the page next to it (Chart.js), and a timeline page for every cycle that "
+        "did not pass and for the slowest-callback cycles (RUN_DIR/timelines/cycle-NNNN.html), linked from "
+        "the failure tables and the slowest-callbacks table.")
     parser.add_argument("paths", nargs="*", metavar="RESULTS_DIR_OR_RUN_DIR",
                         help="runs to show (default: every run under --results)")
     options.add_results(parser, run_id_help=None)
@@ -133,8 +135,22 @@ def dashboard(argv):
                         + (["--no-cache"] if args.no_cache else []))
     if code not in (0, None) and not os.path.isfile(output):
         return code
-    rendered = render.main([output])
+    rendered = render.main([output, "--timelines"] + (args.paths or [args.results]))
     return code or rendered or 0
+
+
+def timeline(argv):
+    """one cycle's timeline page (phases, device callbacks, the failing call)"""
+    from dashboards import timeline as pages
+    parser = argparse.ArgumentParser(prog="pmlab timeline", description=pages.DESCRIPTION, epilog=pages.EPILOG)
+    parser.add_argument("run", metavar="RUN_DIR_OR_ID",
+                        help="a run directory, or a run id under --results ('latest' works)")
+    parser.add_argument("cycles", nargs="*", type=int, metavar="CYCLE",
+                        help="cycle numbers to draw (default: every cycle that did not pass)")
+    options.add_results(parser, run_id_help=None)
+    args = parser.parse_args(argv)
+    path = args.run if os.path.isdir(args.run) else os.path.join(args.results, args.run)
+    return pages.draw_and_print(path, args.cycles)
 
 
 def bench(argv):
@@ -220,7 +236,7 @@ def lava_command(argv):
     return command
 
 
-VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, bench, commit, nightly, soak, bisect, lava)}
+VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, timeline, bench, commit, nightly, soak, bisect, lava)}
 
 
 def usage():

@@ -13,7 +13,8 @@ Sections (dashboards/schema/dashboard.v1.json):
                first / last occurrence (run id, cycle, host_start).
   failures     every cycle that did not pass, oldest first (the newest 500).
   latency      per device and PM phase: callback time median / p95 / max (us)
-               from the records' callbacks field; top_p95 lists the slowest.
+               from the records' callbacks field, and the cycle of the max
+               (max_at: run id, cycle); top_p95 lists the slowest.
   timing       guest suspend_ms / resume_ms of passing cycles per mode:
                fixed histogram bins and percentiles.
   host_time    where a cycle's host wall time goes: per mode, over passing
@@ -147,15 +148,17 @@ def latency_counts(raw_records):
     them keeps the exact percentiles and is small (most callbacks take a few
     microseconds)."""
     counted, errors, drivers = collections.Counter(), collections.Counter(), {}
+    max_at = {}     # key index -> [us, run_id, cycle] of its slowest call
     key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
-    layouts = {}    # id(calls) -> (calls, key index per row); calls kept alive so ids stay unique
+    layouts = {}    # id(calls) -> (calls, key index per row, per row [us, run_id, cycle] of its slowest);
+                    # calls kept alive so ids stay unique
     for record in raw_records:
         calls, durations, failed = records.callback_columns(record)
         layout = layouts.get(id(calls))
         if layout is None:
             rows = tuple(key_index.setdefault((device, buckets.callback_phase(cb)), len(key_index))
                          for device, cb, _ in calls)
-            layout = (calls, rows)
+            layout = (calls, rows, [None] * len(rows))
             if len(layouts) < 256:  # version 3 shares a few; older records each have their own
                 layouts[id(calls)] = layout
             for device, _, driver in calls:
@@ -163,22 +166,51 @@ def latency_counts(raw_records):
                     drivers.setdefault(device, set()).add(driver)
         counted.update(zip(layout[1], durations))
         errors.update(layout[1][row] for row in failed)
+        # the slowest call per row: a comprehension finds the few rows a
+        # record beats, so a shared layout costs little per record
+        slowest = layout[2]
+        at = (record.get("run_id") or "", record.get("cycle"))
+        for row in [row for row, (value, held) in enumerate(zip(durations, slowest))
+                    if value is not None and math.isfinite(value) and (held is None or value >= held[0])]:
+            slowest[row] = _slower(slowest[row], [durations[row], *at])
+        if layouts.get(id(calls)) is not layout:  # not kept: fold it in now
+            _fold_slowest(max_at, layout)
+    for layout in layouts.values():
+        _fold_slowest(max_at, layout)
     names = list(key_index)
     us = collections.Counter()
     for (index, value), n in counted.items():
         us[(names[index], value)] += n
     return {"us": us, "errors": collections.Counter({names[index]: n for index, n in errors.items()}),
-            "drivers": drivers}
+            "drivers": drivers, "max_at": {names[index]: held for index, held in max_at.items()}}
+
+
+def _fold_slowest(max_at, layout):
+    for index, held in zip(layout[1], layout[2]):
+        if held is not None:
+            max_at[index] = _slower(max_at.get(index), held)
+
+
+def _slower(held, candidate):
+    """Of two [us, run_id, cycle], the slower; of equals the earlier cycle,
+    so the answer does not depend on the order records are read in."""
+    if held is None:
+        return candidate
+    if candidate[0] != held[0]:
+        return candidate if candidate[0] > held[0] else held
+    return candidate if (candidate[1], candidate[2]) < (held[1], held[2]) else held
 
 
 def merge_latency_counts(parts):
-    us, errors, drivers = collections.Counter(), collections.Counter(), {}
+    us, errors, drivers, max_at = collections.Counter(), collections.Counter(), {}, {}
     for part in parts:
         us.update(part["us"])
         errors.update(part["errors"])
         for device, names in part["drivers"].items():
             drivers.setdefault(device, set()).update(names)
-    return {"us": us, "errors": errors, "drivers": drivers}
+        for key, held in part["max_at"].items():
+            max_at[key] = _slower(max_at.get(key), held)
+    return {"us": us, "errors": errors, "drivers": drivers, "max_at": max_at}
 
 
 def _counted_rank(counts, rank):
@@ -214,6 +246,8 @@ def latency(counted):
                  "median": round(median, 1) if total else None,
                  "p95": round(p95, 1) if total else None,
                  "max": round(top, 1) if total else None}
+        held = counted["max_at"].get((device, phase))
+        stats["max_at"] = {"run_id": held[1], "cycle": held[2]} if total and held else None
         block = devices.setdefault(device, {"driver": ",".join(sorted(counted["drivers"].get(device, ()))) or None,
                                             "phases": {}})
         block["phases"][phase] = stats
@@ -439,13 +473,15 @@ def cache_key(cycles_file, manifest):
 def _counts_to_json(counted):
     return {"us": [[device, phase, value, n] for ((device, phase), value), n in counted["us"].items()],
             "errors": [[device, phase, n] for (device, phase), n in counted["errors"].items()],
-            "drivers": {device: sorted(names) for device, names in counted["drivers"].items()}}
+            "drivers": {device: sorted(names) for device, names in counted["drivers"].items()},
+            "max_at": [[device, phase, *held] for (device, phase), held in counted["max_at"].items()]}
 
 
 def _counts_from_json(data):
     return {"us": collections.Counter({((device, phase), value): n for device, phase, value, n in data["us"]}),
             "errors": collections.Counter({(device, phase): n for device, phase, n in data["errors"]}),
-            "drivers": {device: set(names) for device, names in data["drivers"].items()}}
+            "drivers": {device: set(names) for device, names in data["drivers"].items()},
+            "max_at": {(device, phase): [us, run_id, cycle] for device, phase, us, run_id, cycle in data["max_at"]}}
 
 
 def _cached_cycle(cycle):

@@ -16,7 +16,8 @@ Stages (wall time of each printed as it ends, and a table at the end):
              skips it); a failing case is a regression.
   junit      <run dir>/junit.xml (and --junit PATH): one testcase per cycle.
   dashboard  dashboards.compute over this and the earlier runs of this
-             pipeline -> <run dir>/dashboard.json, then dashboards.render ->
+             pipeline -> <run dir>/dashboard.json, then dashboards.render (and
+             the timeline pages it links, <run>/timelines/) ->
              dashboard.html; skipped with a message while that module is
              not there.
   compare    against the previous run of this pipeline: the newest earlier
@@ -293,7 +294,8 @@ def main(argv=None):
             if code:
                 entry["status"] = "warn"
             elif module_available("dashboards.render"):
-                code = run([PYTHON, "-m", "dashboards.render", output], prefix="render", cwd=REPO)
+                code = run([PYTHON, "-m", "dashboards.render", output, "--timelines", *history], prefix="render",
+                           cwd=REPO)
                 entry["note"] += f"; dashboards.render exit {code}" if code else "; dashboard.html"
                 if code:
                     entry["status"] = "warn"

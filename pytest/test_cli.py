@@ -48,7 +48,7 @@ def test_the_verb_list():
     done = pmlab("--help")
     assert done.returncode == 0
     assert [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")] == list(cli.VERBS)
-    assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "bench", "commit", "nightly", "soak",
+    assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "timeline", "bench", "commit", "nightly", "soak",
                                "bisect", "lava"]
 
 

@@ -714,7 +714,7 @@ def test_render_embeds_hostile_strings_inertly(recorded, tmp_path):
     embedded = html[start:end]
     assert "<" not in embedded and ">" not in embedded and "&" not in embedded
     assert json.loads(embedded) == board
-    assert html.count("</script>") == 3  # data, chart.min.js, dashboard-page.js
+    assert html.count("</script>") == 4  # data, timeline links, chart.min.js, dashboard-page.js
     for name in ("chart.min.js", "dashboard-page.js", "dashboard-page.css"):
         assert os.path.getsize(tmp_path / "page" / name) > 0
     with open(tmp_path / "page" / "chart.min.js", "rb") as copied, open(render.CHARTJS, "rb") as original:

@@ -44,6 +44,16 @@
     if (!occ) return '\u2013';
     return occ.run_id + ' #' + occ.cycle + (occ.host_start ? ' (' + occ.host_start + ')' : '');
   }
+  /* Timeline pages (dashboards/timeline.py), {"<run id>/<cycle>": relative href}, embedded by render.py */
+  var timelineLinks = {};
+  function timelineLink(occ, text, withoutPage) {
+    var href = occ && timelineLinks[occ.run_id + '/' + occ.cycle];
+    if (!href) return withoutPage === undefined ? text : withoutPage;
+    var link = el('a', 'timeline-link', text);
+    link.href = href;
+    link.title = 'timeline of run ' + occ.run_id + ' cycle ' + occ.cycle;
+    return link;
+  }
   /* columns: [header, function(row) -> value, class] ; class 'num' or 'text' */
   function table(node, columns, rows, emptyText) {
     clear(node);
@@ -196,8 +206,8 @@
       ['modes', function (b) {
         return Object.keys(b.modes).sort().map(function (m) { return m + ' ' + b.modes[m]; }).join(', ');
       }],
-      ['first', function (b) { return where(b.first); }],
-      ['last', function (b) { return where(b.last); }],
+      ['first', function (b) { return timelineLink(b.first, where(b.first)); }],
+      ['last', function (b) { return timelineLink(b.last, where(b.last)); }],
       ['reason (first)', function (b) { return b.reason; }, 'text'],
       ['evidence (first)', function (b) { return b.evidence; }, 'text']
     ], list, 'No failures.');
@@ -374,7 +384,10 @@
       ['p95 (us)', function (r) { return fmt(r.p95, 1); }, 'num'],
       ['max (us)', function (r) { return fmt(r.max, 1); }, 'num'],
       ['errors', function (r) { return r.errors; }, 'num'],
-      ['never returned', function (r) { return r.unfinished; }, 'num']
+      ['never returned', function (r) { return r.unfinished; }, 'num'],
+      ['slowest cycle', function (r) {
+        return r.max_at ? timelineLink(r.max_at, r.max_at.run_id + ' #' + r.max_at.cycle) : '\u2013';
+      }]
     ], top, 'No callback timings in these records.');
     if (!top.length) { noData('chart-latency', 'No callback timings in these records.'); return; }
     chart('chart-latency', {
@@ -406,7 +419,8 @@
       }],
       ['phase', function (r) { return r.phase; }],
       ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],
-      ['reason', function (r) { return r.reason; }, 'text']
+      ['reason', function (r) { return r.reason; }, 'text'],
+      ['timeline', function (r) { return timelineLink(r, 'timeline', '\u2013'); }]
     ], f.cycles.slice().reverse(), 'Every cycle passed.');
   }
 
@@ -459,6 +473,10 @@
       return;
     }
     if (data.schema !== 'pmlab-dashboard/1') pageError('unexpected dashboard schema ' + data.schema);
+    var links = document.getElementById('timeline-links');  /* pages rendered before timelines lack it */
+    if (links) {
+      try { timelineLinks = JSON.parse(links.textContent); } catch (error) { pageError('timeline links: ' + error); }
+    }
     var steps = [overview, success, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
