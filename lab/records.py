@@ -262,7 +262,13 @@ def hang_dump_path(number, guest):
     return f"hang-cycle{number}-{guest}.txt"
 
 
-SIDE_FILES = ("report", "hang_dump")
+def sleepgraph_paths(number):
+    """A cycle's files for Intel's sleepgraph (lab/sleepgraph.py), relative to
+    its run directory: (ftrace, dmesg), named as sleepgraph names its own."""
+    return f"reports/cycle{number}_ftrace.txt.gz", f"reports/cycle{number}_dmesg.txt.gz"
+
+
+SIDE_FILES = ("report", "hang_dump", "sleepgraph_ftrace", "sleepgraph_dmesg")
 
 
 def renumbered_side_files(record, number):
