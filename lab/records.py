@@ -81,12 +81,16 @@ def cycles_path(run_dir):
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
-    def __init__(self, results_root, run_id):
+    def __init__(self, results_root, run_id, link_latest=True):
+        """link_latest=False: an existing run gets side files added later
+        (./pmlab sleepgraph); `latest` keeps pointing at the newest run."""
         self.run_id = run_id
         self.path = os.path.join(results_root, run_id)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
         self.summary_path = os.path.join(self.path, "summary.json")
+        if not link_latest:
+            return
         link = os.path.join(results_root, "latest")
         temporary = f"{link}.{os.getpid()}"
         try:

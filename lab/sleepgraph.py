@@ -59,9 +59,10 @@ def script_path():
     build = os.environ.get("PMLAB_BUILD") or os.path.join(REPO, "build")
     path = os.path.join(build, SCRIPT_IN_TREE)
     if not os.path.isfile(path):
-        raise SleepgraphError(f"{path} missing: sleepgraph comes from the kernel tree that kernel/build "
-                              f"extracts into $PMLAB_BUILD/src/linux (PMLAB_BUILD={build}); run kernel/build "
-                              "once, or point PMLAB_BUILD at a build directory that has it")
+        raise SleepgraphError(f"{path} missing: sleepgraph comes from the kernel tree kernel/build extracts "
+                              f"into <build directory>/src/linux (build directory: $PMLAB_BUILD, else "
+                              f"<repo>/build; here {build}); run kernel/build once, or set PMLAB_BUILD to a "
+                              "build directory that has the tree")
     return path
 
 
