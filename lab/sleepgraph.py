@@ -84,17 +84,18 @@ def _header(record):
             f"# command | pmlab-cycle cycle={record.get('cycle')} mode={record.get('mode')}"]
 
 
-def ftrace_text(report, record):
-    """The ftrace file: the stamp lines, then the report's trace section."""
-    trace = guest_report.sections(report).get("trace")
+def ftrace_text(report, record, parts=None):
+    """The ftrace file: the stamp lines, then the report's trace section
+    (`parts`: the report's sections, when already split)."""
+    trace = (parts or guest_report.sections(report)).get("trace")
     if trace is None:
         raise SleepgraphError(f"cycle {record.get('cycle')}: the report has no trace section")
     return "\n".join(_header(record) + [trace]) + "\n"
 
 
-def dmesg_text(report, record):
+def dmesg_text(report, record, parts=None):
     """The dmesg file: the stamp line, then the cycle's kernel log lines."""
-    log = guest_report.sections(report).get("dmesg")
+    log = (parts or guest_report.sections(report)).get("dmesg")
     if log is None:
         raise SleepgraphError(f"cycle {record.get('cycle')}: the report has no dmesg section "
                               "(recorded before guest/pmlab-cycle printed one)")
@@ -106,8 +107,10 @@ def write_files(rundir, record, report):
     """Both files next to the cycle's report (RunDir.write_file, gzip like
     the report): the record fields {"sleepgraph_ftrace": path, "sleepgraph_dmesg": path}."""
     ftrace_path, dmesg_path = sleepgraph_paths(record["cycle"])
-    return {"sleepgraph_ftrace": rundir.write_file(ftrace_path, ftrace_text(report, record), compress=True),
-            "sleepgraph_dmesg": rundir.write_file(dmesg_path, dmesg_text(report, record), compress=True)}
+    parts = guest_report.sections(report)
+    ftrace, dmesg = ftrace_text(report, record, parts), dmesg_text(report, record, parts)  # both, or neither file
+    return {"sleepgraph_ftrace": rundir.write_file(ftrace_path, ftrace, compress=True),
+            "sleepgraph_dmesg": rundir.write_file(dmesg_path, dmesg, compress=True)}
 
 
 # ------------------------------------------------------------------ running it
