@@ -171,3 +171,40 @@ def test_live_s3_cycle_agrees_with_sleepgraph(lab_run, tmp_path):
     numbers = assert_agrees(report, path(record["sleepgraph_ftrace"]), path(record["sleepgraph_dmesg"]),
                             str(tmp_path), "mem")
     assert numbers["suspend"][0] == record["suspend_ms"] and numbers["resume"][0] == record["resume_ms"]
+
+
+def test_pipeline_draws_a_sample_of_a_run_next_to_its_reports(tmp_path):
+    """./pmlab sleepgraph on a run of the two recorded cycles: the files are
+    written from the reports (the records have none), then the pages."""
+    import shutil
+    import subprocess
+    import sys
+    from lab.records import append_records, cycles_path
+    run = tmp_path / "run"
+    (run / "reports").mkdir(parents=True)
+    records = []
+    for name in ("mem", "disk"):
+        _, record = recorded(name)
+        shutil.copy(os.path.join(RECORDINGS, f"sleepgraph-{name}.txt.gz"), run / record["report"])
+        records.append(dict(record, status="done"))
+    append_records(cycles_path(str(run)), records)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "cli.main", "sleepgraph", str(run), "--sample", "2"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(run / "sleepgraph" / "sleepgraph.json") as text:
+        entries = json.load(text)["cycles"]
+    assert [entry["cycle"] for entry in entries] == [2, 3]
+    for entry in entries:
+        assert (run / entry["html"]).stat().st_size > 100_000  # sleepgraph's page, devices and all
+        assert entry["sleepgraph"]["result"] == "pass"
+        assert (run / "reports" / f"cycle{entry['cycle']}_ftrace.txt.gz").is_file()
+    assert entries[0]["sleepgraph"]["suspend_ms"] == 266.726  # recorded S3: see lab/README.md's table
+
+
+def test_sample_takes_cycles_that_did_not_pass_first():
+    from pipelines.sleepgraph import sample
+    records = [{"cycle": n, "report": f"r{n}", "verdict": "fail" if n in (7, 9) else "pass"} for n in range(1, 11)]
+    records.append({"cycle": 11, "verdict": "hang"})  # no report: nothing to draw
+    assert [r["cycle"] for r in sample(records, 4)] == [1, 5, 7, 9]
+    assert [r["cycle"] for r in sample(records, 1)] == [7]
