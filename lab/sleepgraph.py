@@ -49,6 +49,9 @@ PYTHON = "/usr/bin/python3"
 SCRIPT_IN_TREE = os.path.join("src", "linux", "tools", "power", "pm-graph", "sleepgraph.py")
 
 
+MARKED_BEGIN = re.compile(r"\] pmlab: cycle (?P<n>\d{1,20}) begin\b")  # console.BEGIN with its timestamp
+
+
 class SleepgraphError(Exception):
     pass
 
@@ -99,7 +102,12 @@ def dmesg_text(report, record, parts=None):
     if log is None:
         raise SleepgraphError(f"cycle {record.get('cycle')}: the report has no dmesg section "
                               "(recorded before guest/pmlab-cycle printed one)")
-    lines = console.cycle_lines(log.splitlines(), record["cycle"])
+    lines = log.splitlines()
+    # The number the guest marked: a cycle renumbered on import (pipelines/nightly)
+    # keeps its report, whose log holds its one cycle's markers (the log is
+    # cleared at every report).
+    marked = [match["n"] for match in map(MARKED_BEGIN.search, lines) if match]
+    lines = console.cycle_lines(lines, int(marked[-1]) if marked else record["cycle"])
     return "\n".join([stamp(record)] + lines) + "\n"
 
 
