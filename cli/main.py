@@ -236,7 +236,14 @@ def lava_command(argv):
     return command
 
 
-VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, timeline, bench, commit, nightly, soak, bisect, lava)}
+def sleepgraph(argv):
+    """Intel's sleepgraph on a sample of a run's cycles: RUN_DIR/sleepgraph/cycleN.html"""
+    from pipelines import sleepgraph as pipeline
+    return pipeline.main(argv)
+
+
+VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, timeline, bench, commit, nightly, soak, bisect,
+                                          lava, sleepgraph)}
 
 
 def usage():

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import libvirt
 
-from lab import console, guest_report, pmtest_log, records, trace
+from lab import console, guest_report, pmtest_log, records, sleepgraph, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
@@ -335,9 +335,11 @@ def _proof(mode, steps, token, boot_id, counts, before, after, result):
 
 # ------------------------------------------------------------------ running
 
-def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
+def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, sleepgraph_files=False):
     """Drive, judge and record one cycle. Returns the final record; its
-    "guest_usable" is False when the guest must be replaced (hang, lab error)."""
+    "guest_usable" is False when the guest must be replaced (hang, lab error).
+    A cycle that did not pass (or every cycle, with sleepgraph_files) also gets
+    the two files Intel's sleepgraph reads (lab/sleepgraph.py)."""
     watchdogs = watchdogs or Watchdogs()
     started = time.time()
     record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "started",
@@ -413,6 +415,11 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
                                        events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
+        if reply is not None and (sleepgraph_files or record["verdict"] != "pass"):
+            try:
+                record.update(sleepgraph.write_files(rundir, record, reply.output))
+            except sleepgraph.SleepgraphError as error:  # e.g. a guest image without the dmesg section
+                record["sleepgraph_error"] = str(error)
     keep_evidence(rundir, record, reply.output if reply is not None else None, evidence)
     if guest.console.file_error:
         record["console_file_error"] = guest.console.file_error

@@ -7,6 +7,7 @@
   (reports from before that split them into suspend_stats_* and
    wakeup_sources_* sections parse the same way)
   trace                         the trace buffer (lab/trace.py)
+  dmesg                         the guest's kernel log since the previous report (lab/sleepgraph.py)
   pmtest_log                    /sys/kernel/debug/pmtest/log (lab/pmtest_log.py)
   end                           present only if the script ran to its end
 """

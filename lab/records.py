@@ -96,7 +96,10 @@ KEEP = ("full", "failures")  # --keep: every cycle's full evidence, or only a cy
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
-    def __init__(self, results_root, run_id, keep="full"):
+    def __init__(self, results_root, run_id, keep="full", link_latest=True):
+        """keep: which cycles keep their full report (lab.cycle.keep_evidence);
+        link_latest=False: an existing run gets side files added later
+        (./pmlab sleepgraph); `latest` keeps pointing at the newest run."""
         if keep not in KEEP:
             raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
         self.run_id = run_id
@@ -105,6 +108,8 @@ class RunDir:
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
         self.summary_path = os.path.join(self.path, "summary.json")
+        if not link_latest:
+            return
         link = os.path.join(results_root, "latest")
         temporary = f"{link}.{os.getpid()}"
         try:
@@ -288,7 +293,13 @@ def hang_dump_path(number, guest):
     return f"hang-cycle{number}-{guest}.txt"
 
 
-SIDE_FILES = ("report", "hang_dump")
+def sleepgraph_paths(number):
+    """A cycle's files for Intel's sleepgraph (lab/sleepgraph.py), relative to
+    its run directory: (ftrace, dmesg), named as sleepgraph names its own."""
+    return f"reports/cycle{number}_ftrace.txt.gz", f"reports/cycle{number}_dmesg.txt.gz"
+
+
+SIDE_FILES = ("report", "hang_dump", "sleepgraph_ftrace", "sleepgraph_dmesg")
 
 
 def renumbered_side_files(record, number):

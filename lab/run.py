@@ -53,6 +53,9 @@ def add_options(parser):
     options.add_inject(parser)
     options.add_results(parser)
     options.add_keep(parser, "full")
+    parser.add_argument("--sleepgraph", action="store_true",
+                        help="write every cycle's files for Intel's sleepgraph (reports/cycleN_ftrace.txt.gz, "
+                             "_dmesg.txt.gz; lab/sleepgraph.py), not only those of cycles that did not pass")
 
 
 def setup(args):
@@ -125,7 +128,7 @@ def main(argv=None):
           flush=True)
     write_manifest(rundir, found.directory)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
-                      args.memory, args.vcpus, connection=connection)
+                      args.memory, args.vcpus, connection=connection, sleepgraph_files=args.sleepgraph)
     number = 0
     rss_start = rss_kib()
     try:

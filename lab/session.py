@@ -15,7 +15,7 @@ from lab.records import iso
 class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
-                 connection=None):
+                 connection=None, sleepgraph_files=False):
         if profile not in virt.PROFILES:
             raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -27,6 +27,7 @@ class Session:
         self.vcpus = vcpus
         self.cmdline_extra = cmdline_extra
         self.connection = connection or virt.Connection(uri)
+        self.sleepgraph_files = sleepgraph_files  # every cycle's, not only those that did not pass
         self.guest = None
         self.guests_booted = 0
         self.reconnects = 0
@@ -83,7 +84,8 @@ class Session:
                 return record
         meta = self._meta()
         meta["expected_verdict"] = expect
-        record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta)
+        record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta,
+                           self.sleepgraph_files)
         if not record.get("guest_usable", True):
             self._drop_guest()
         return record

@@ -49,7 +49,7 @@ def test_the_verb_list():
     assert done.returncode == 0
     assert [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")] == list(cli.VERBS)
     assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "timeline", "bench", "commit", "nightly", "soak",
-                               "bisect", "lava"]
+                               "bisect", "lava", "sleepgraph"]
 
 
 @pytest.mark.parametrize("args, problem", [(["frobnicate"], "unknown verb 'frobnicate'"),
