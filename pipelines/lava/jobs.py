@@ -97,6 +97,24 @@ def render_job(plan, artifacts_dir, job_name, tags=()):
     return text
 
 
+def initramfs_init(path):
+    """The text of /init in a gzip'd newc cpio archive (None if absent)."""
+    data = gzip.decompress(open(path, "rb").read())
+    offset = 0
+    while data[offset:offset + 6] in (b"070701", b"070702"):
+        fields = [int(data[offset + 6 + 8 * i:offset + 14 + 8 * i], 16) for i in range(13)]
+        size, name_size = fields[6], fields[11]
+        name_start = offset + 110
+        name = data[name_start:name_start + name_size - 1].decode(errors="replace")
+        body = (name_start + name_size + 3) & ~3
+        if name in ("init", "./init"):
+            return data[body:body + size].decode(errors="replace")
+        if name == "TRAILER!!!":
+            break
+        offset = (body + size + 3) & ~3
+    return None
+
+
 def prepare_artifacts(source, target):
     """Copy the kernel, initramfs and SSDT of `source` into `target` with a
     sparse swap image: LAVA downloads from there (file://) for every job."""
@@ -106,6 +124,10 @@ def prepare_artifacts(source, target):
         if not os.path.isfile(path):
             raise LabError(f"{path} missing: build the kernel and initramfs first")
         shutil.copy2(path, os.path.join(target, name))
+    init = initramfs_init(os.path.join(source, "initramfs.cpio.gz")) or ""
+    if "pmlab-lava: ready" not in init:
+        raise LabError(f"{source}/initramfs.cpio.gz has a guest/init without pmlab.mode=lava: "
+                       f"rebuild it (lab/build-initramfs {source})")
     with open(os.path.join(target, "swap.img"), "wb") as out:
         out.truncate(SWAP_BYTES)
     return target
@@ -139,6 +161,14 @@ def submit(identity, job_text):
 def job_state(identity, job_id):
     """{"state", "health", "device", ...} of a job (lavacli jobs show --yaml)."""
     return yaml.safe_load(lavacli(identity, "jobs", "show", "--yaml", str(job_id))) or {}
+
+
+def device_worker(identity, device):
+    for line in lavacli(identity, "devices", "show", device).splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "worker":
+            return value.strip()
+    return None
 
 
 def job_log(identity, job_id):
@@ -224,7 +254,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
     for number, mode, knobs in plan:
         record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": number, "status": "done",
                   "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
-                  "lava_job": job_id, "guest": device, "worker": job.get("worker") or device,
+                  "lava_job": job_id, "guest": device, "worker": job.get("worker"),
                   "knobs": [list(k) for k in knobs]}
         frame = found.get(number)
         if frame is None or frame["report"] is None:
@@ -236,7 +266,11 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
             lost.append((number, mode, knobs))
             continue
         evidence = console.cycle_lines(texts, number) or texts[-80:]
-        start, end = moment(frame["begin_dt"]), moment(frame["dt"])
+        # The cycle runs from pmlab-cycle's kernel begin marker to the end of its frame.
+        marker = console.BEGIN.format(cycle=number)
+        began = next((stamp for stamp, text in lines if console.strip_timestamp(text).startswith(marker)),
+                     frame["begin_dt"])
+        start, end = moment(began), moment(frame["dt"])
         stamp = end.timestamp() if end else time.time()
         events = console_events(mode, evidence, stamp)
         record.update(token=frame["token"], guest_boot_id=frame["boot_id"], libvirt_events=events,
@@ -247,6 +281,8 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
             record["host_start"] = start.isoformat(timespec="milliseconds")
         if end:
             record["host_end"] = end.isoformat(timespec="milliseconds")
+        if start and end:
+            record["host_seconds"] = round((end - start).total_seconds(), 3)
         record.update(judge_with_order(mode, frame["report"], frame["status"], events, evidence, [],
                                        frame["token"], frame["boot_id"]))
         record["evidence"] = evidence
@@ -299,6 +335,8 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
                     continue
                 part = running.pop(job_id)
                 entries = job_log(identity, job_id)
+                if job.get("device"):
+                    job["worker"] = device_worker(identity, job["device"])
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
                 records, lost = cycle_records(part, entries, rundir.run_id, job_id, job, rundir)
