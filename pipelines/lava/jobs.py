@@ -7,10 +7,11 @@ record, judged by lab.cycle.judge_with_order and written by lab/records.py.
         [--inject CYCLE:KNOB=VALUE] [--artifacts DIR] [--results DIR] [--run-id ID]
         [--identity pmlab] [--tags q35-ovmf]
 
-A cycle a job did not report (the job was canceled, its worker died, the
-console lost the frame) is recorded as verdict "error", phase "lava", with
-the job id, and is submitted again in a new job (--retries times): every
-planned cycle ends with exactly one final record.
+A job that ends early (its worker killed, canceled, a broken frame): the
+cycle it was in (its kernel begin marker is on the console, its report is
+not) is recorded as verdict "error", phase "lava", with the job id; the
+cycles it never began are submitted again in a new job (--retries times,
+then recorded as errors). Every planned cycle gets exactly one record.
 Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
 
 Engine differences a reader of the records must know: there is no libvirt,
@@ -245,7 +246,9 @@ def console_events(mode, evidence, stamp):
 
 def cycle_records(plan, entries, run_id, job_id, job, rundir):
     """Final records of `plan`'s cycles from one job's log. Returns
-    (records, lost) where lost are the plan entries the job did not report."""
+    (records, lost): lost are the plan entries the job never started (no
+    kernel begin marker on the console); they get no record here. A cycle
+    that began and left no intact report is an error naming the job."""
     lines = console_lines(entries)
     texts = [text for _, text in lines]
     found = frames(lines)
@@ -257,13 +260,18 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
                   "lava_job": job_id, "guest": device, "worker": job.get("worker"),
                   "knobs": [list(k) for k in knobs]}
         frame = found.get(number)
+        if frame is None and not any(console.strip_timestamp(text).startswith(console.BEGIN.format(cycle=number))
+                                     for text in texts):
+            lost.append((number, mode, knobs))  # never started: it runs again in another job
+            continue
         if frame is None or frame["report"] is None:
-            why = frame["problem"] if frame else "the job did not report this cycle"
+            # It started and its report is gone (worker or QEMU killed, job
+            # canceled, a frame the console broke): an error of the lab, kept.
+            why = frame["problem"] if frame else "the cycle began but the job ended before its report"
             record.update(verdict="error", phase="lava",
                           reason=f"LAVA job {job_id} ({job.get('state')}, {job.get('health')}): {why}",
                           guest_usable=False)
             records.append(record)
-            lost.append((number, mode, knobs))
             continue
         evidence = console.cycle_lines(texts, number) or texts[-80:]
         # The cycle runs from pmlab-cycle's kernel begin marker to the end of its frame.
@@ -307,13 +315,13 @@ def split(plan, jobs):
 def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
              poll_seconds=5, on_submitted=None, log=print):
     """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
-    every cycle into `rundir` (lab.records.RunDir). Lost cycles are recorded
-    as errors and resubmitted up to `retries` times. Returns the final
-    records (one per planned cycle, the last attempt's)."""
+    every cycle into `rundir` (lab.records.RunDir). Cycles a job never began
+    are resubmitted up to `retries` times. Returns the final records, one
+    per planned cycle."""
     for _, mode, _ in plan:
         check_mode(mode)
     os.makedirs(rundir.file("lava"), exist_ok=True)
-    final, pending, attempt = {}, list(plan), 0
+    final, pending, attempt, lost_in = {}, list(plan), 0, {}
     while pending and attempt <= retries:
         running = {}
         for part in split(pending, jobs):
@@ -346,9 +354,18 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
                 log(f"lava: job {job_id} {job.get('health')} on {job.get('device')}: "
                     + ", ".join(f"{r['cycle']} {r['verdict']}" for r in records))
                 pending += lost
+                lost_in.update((number, job_id) for number, _, _ in lost)
         attempt += 1
         if pending and attempt <= retries:
             log(f"lava: resubmitting {len(pending)} lost cycle(s): {', '.join(str(n) for n, _, _ in pending)}")
+    for number, mode, knobs in pending:  # never started in `retries` resubmissions
+        record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "done",
+                  "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
+                  "knobs": [list(k) for k in knobs], "verdict": "error", "phase": "lava",
+                  "lava_job": lost_in.get(number),
+                  "reason": f"never started: LAVA job {lost_in.get(number)} ended before it, {retries} resubmission(s)"}
+        rundir.append(record)
+        final[number] = record
     return [final[number] for number, _, _ in plan]
 
 
