@@ -313,13 +313,14 @@ def split(plan, jobs):
 
 
 def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
-             poll_seconds=5, on_submitted=None, log=print):
+             poll_seconds=5, on_submitted=None, log=print, run_id=None):
     """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
     every cycle into `rundir` (lab.records.RunDir). Cycles a job never began
     are resubmitted up to `retries` times. Returns the final records, one
     per planned cycle."""
     for _, mode, _ in plan:
         check_mode(mode)
+    run_id = run_id or rundir.run_id
     os.makedirs(rundir.file("lava"), exist_ok=True)
     final, pending, attempt, lost_in = {}, list(plan), 0, {}
     while pending and attempt <= retries:
@@ -347,7 +348,7 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
                     job["worker"] = device_worker(identity, job["device"])
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
-                records, lost = cycle_records(part, entries, rundir.run_id, job_id, job, rundir)
+                records, lost = cycle_records(part, entries, run_id, job_id, job, rundir)
                 for record in records:
                     rundir.append(record)
                     final[record["cycle"]] = record
@@ -359,7 +360,7 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         if pending and attempt <= retries:
             log(f"lava: resubmitting {len(pending)} lost cycle(s): {', '.join(str(n) for n, _, _ in pending)}")
     for number, mode, knobs in pending:  # never started in `retries` resubmissions
-        record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "done",
+        record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": number, "status": "done",
                   "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
                   "knobs": [list(k) for k in knobs], "verdict": "error", "phase": "lava",
                   "lava_job": lost_in.get(number),
