@@ -94,14 +94,7 @@ class Cycle:
         self.timeline.append([step, round(time.time(), 3)])
 
     def command(self):
-        args = [f"cycle={self.number}", f"state={self.mode.state}", f"pm_test={self.mode.pm_test}",
-                f"token={self.token}"]
-        if self.mode.state == "disk":
-            args.append(f"disk={self.mode.wake}")
-        if self.mode.wake == "rtc":
-            args.append(f"rtc={RTC_WAKE_SECONDS}")
-        args += [f"knob.{name}={value}" for name, value in self.knobs]
-        return "pmlab-cycle " + " ".join(quote(arg) for arg in args)
+        return "pmlab-cycle " + cycle_arguments(self.mode, self.number, self.knobs, self.token)
 
     # --------------------------------------------------------------- waiting
 
@@ -194,6 +187,21 @@ class Cycle:
     def _drive_pm_test(self):
         w = self.watchdogs
         return self.wait_reply("suspend", w.suspend + w.resume, self.not_running)
+
+
+def cycle_arguments(mode, number, knobs=(), token=None):
+    """guest/pmlab-cycle's arguments for one cycle, shell-quoted: what the
+    agent runs, and (without the token, which the guest draws) a line of a
+    LAVA job's plan (pipelines/lava)."""
+    args = [f"cycle={number}", f"state={mode.state}", f"pm_test={mode.pm_test}"]
+    if token is not None:
+        args.append(f"token={token}")
+    if mode.state == "disk":
+        args.append(f"disk={mode.wake}")
+    if mode.wake == "rtc":
+        args.append(f"rtc={RTC_WAKE_SECONDS}")
+    args += [f"knob.{name}={value}" for name, value in knobs]
+    return " ".join(quote(arg) for arg in args)
 
 
 # ------------------------------------------------------------------ judging

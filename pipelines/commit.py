@@ -158,6 +158,11 @@ def parse_args(argv):
                         help="skip the fault campaign stage")
     options.add_results(parser)
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
+    parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
+                        help="lava: the smoke cycles run as LAVA jobs (pipelines/lava/jobs.py; "
+                             "modes mem/rtc, pm_test-*) on the server of --lava-identity")
+    parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
+    parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs the smoke is split into")
     lab = parser.add_argument_group("passed to lab.run")
     options.add_guest(lab)
     options.add_inject(lab, "one smoke cycle (proves the gate: that run must regress)")
@@ -233,20 +238,25 @@ def main(argv=None):
         return finish()
 
     with stages.stage("smoke") as entry:
-        argv = [PYTHON, "-m", "lab.run", "--results", args.results, "--run-id", run_id, "--cycles", "1"]
+        runner = "pipelines.lava.jobs" if args.engine == "lava" else "lab.run"
+        argv = [PYTHON, "-m", runner, "--results", args.results, "--run-id", run_id]
         for mode in smoke:
             argv += ["--mode", mode]
-        for option in ("uri", "profile", "memory", "vcpus"):
-            if getattr(args, option) is not None:
-                argv += [f"--{option}", str(getattr(args, option))]
-        for value in args.watchdog or ():
-            argv += ["--watchdog", value]
+        if args.engine == "lava":  # LAVA has its own devices and watchdogs (job timeouts)
+            argv += ["--artifacts", artifacts, "--identity", args.lava_identity, "--jobs", str(args.lava_jobs)]
+        else:
+            argv += ["--cycles", "1"]
+            for option in ("uri", "profile", "memory", "vcpus"):
+                if getattr(args, option) is not None:
+                    argv += [f"--{option}", str(getattr(args, option))]
+            for value in args.watchdog or ():
+                argv += ["--watchdog", value]
         for value in args.inject or ():
             argv += ["--inject", value]
-        code = run(argv, prefix="lab.run")
+        code = run(argv, prefix=runner)
         records = read_records(run_dir)
         passed = sum(1 for r in records if compare_mod.passed(r))
-        entry["note"] = f"{passed}/{len(records)} cycles passed (lab.run exit {code})"
+        entry["note"] = f"{passed}/{len(records)} cycles passed ({runner} exit {code})"
         if code == 2 and not records:
             entry["status"] = "failed"
     if stages.done[-1]["status"] == "failed":

@@ -64,6 +64,11 @@ def parse_args(argv):
     options.add_results(parser, "default nightly-<UTC stamp>; an existing one resumes")
     parser.add_argument("--chunk", type=int, default=20, help="cycles per lab.run call (one guest boot each)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
+    parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
+                        help="lava: each chunk runs as LAVA jobs (pipelines/lava/jobs.py; modes mem/rtc, pm_test-*)")
+    parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
+    parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs per chunk, run at once (one per worker)")
+    parser.add_argument("--lava-tags", default="q35-ovmf", help="device tags the LAVA jobs ask for")
     lab = parser.add_argument_group("passed to lab.run")
     options.add_kernel(lab)
     options.add_guest(lab)
@@ -264,6 +269,24 @@ def main(argv=None):
         return 2
 
 
+def lava_chunk(args, rundir, run_id, numbers, chunk_modes):
+    """One chunk as LAVA jobs: the records carry the plan's numbers already
+    (no renumbering), written by run_plan through lab.records. Returns the
+    run's records."""
+    from lab.modes import mode_of
+    from pipelines.lava import jobs as lava_jobs
+    knobs = parse_injections(args.inject)
+    artifacts_dir = rundir.file("artifacts")
+    if not os.path.isfile(os.path.join(artifacts_dir, "swap.img")):
+        source = args.artifacts or os.path.join(REPO, "build", "baseline" if args.baseline else "", "out")
+        lava_jobs.prepare_artifacts(source, artifacts_dir)
+    plan = [(n, lava_jobs.check_mode(mode_of(m)), tuple(knobs.get(n, ()))) for n, m in zip(numbers, chunk_modes)]
+    lava_jobs.run_plan(plan, rundir, artifacts_dir, args.lava_identity, args.lava_jobs,
+                       [t for t in args.lava_tags.split(",") if t], run_id=run_id,
+                       log=lambda text: log(PROG, text))
+    return read_cycles(rundir.cycles_path)
+
+
 def soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard):
     modes, max_cycles = state["modes"], state["max_cycles"]
     leftovers = import_leftovers(chunks_root, rundir, run_id)
@@ -316,6 +339,10 @@ def soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard):
                          "host_seconds": plan_mod.estimate(m, per_mode)} for n, m in zip(numbers, chunk_modes)]
             if deadline:
                 deadline -= plan_mod.BOOT_SECONDS + sum(plan_mod.estimate(m, per_mode) for m in chunk_modes)
+            continue
+        if args.engine == "lava":
+            records = lava_chunk(args, rundir, run_id, numbers, chunk_modes)
+            log(PROG, progress(records, state, started, deadline - time.monotonic() if deadline else None))
             continue
         chunk_id = f"{run_id}.c{numbers[0]:06d}"
         chunk_dir = os.path.join(chunks_root, chunk_id)

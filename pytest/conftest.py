@@ -49,8 +49,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "guest: boots real QEMU guests through libvirt (slow)")
     config.addinivalue_line("markers", "browser: drives headless Chromium (dashboard page)")
-    config.addinivalue_line("markers", "pipeline: needs the unpatched baseline kernel (a second "
-                            "full build): run by pipelines/ci's kernel-deep job with --pipeline-tests, "
+    config.addinivalue_line("markers", "pipeline: longer than CI's test budget (the unpatched "
+                            "baseline kernel, a second full build; the LAVA lab, installed and brought up): run by pipelines/ci's kernel-deep job with --pipeline-tests, "
                             "deselected (never skipped) in ./pmlab test")
     if hasattr(config, "workerinput"):
         config.pmlab_run_id = config.workerinput["pmlab_run_id"]

@@ -1,0 +1,415 @@
+"""pmlab cycles as LAVA jobs on a LAVA server (pipelines/lava/lab-up's, or
+the user's own): split a plan into jobs, submit them with lavacli, follow
+them, fetch each job's log and turn every framed report into a normal pmlab
+record, judged by lab.cycle.judge_with_order and written by lab/records.py.
+
+  /usr/bin/python3 -m pipelines.lava.jobs --mode 'mem/rtc*2' [--jobs 2]
+        [--inject CYCLE:KNOB=VALUE] [--artifacts DIR] [--results DIR] [--run-id ID]
+        [--identity pmlab] [--tags q35-ovmf]
+
+A job that ends early (its worker killed, canceled, a broken frame): the
+cycle it was in (its kernel begin marker is on the console, its report is
+not) is recorded as verdict "error", phase "lava", with the job id; the
+cycles it never began are submitted again in a new job (--retries times,
+then recorded as errors). Every planned cycle gets exactly one record.
+Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
+
+Engine differences a reader of the records must know: there is no libvirt,
+so the host's proof of an S3 cycle (libvirt's PMSuspended/PMWakeup events)
+is taken from the console instead: one firmware S3 resume ("ACPI: PM:
+Low-level resume complete") between the cycle's begin and end kernel
+markers counts as one suspend and one wakeup (record field events_source).
+Modes: mem/rtc and pm_test-*; S4 (QEMU exits at power-off, LAVA would have
+to boot the device again) and freeze (no power button) are refused.
+"""
+
+import argparse
+import base64
+import datetime
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from lab import console, modes  # noqa: E402
+from lab.cycle import cycle_arguments, judge_with_order  # noqa: E402
+from lab.guest import BASE_CMDLINE  # noqa: E402
+from lab.records import RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
+from lab.virt import LabError  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SWAP_BYTES = 256 << 20  # S3 needs none; hibernation of a 512 MiB guest fits
+LAVA_MODES = ("mem/rtc", "pm_test")
+BEGIN = re.compile(r"pmlab-lava: report-begin cycle=(?P<cycle>\d{1,9}) status=(?P<status>\d{1,3}) "
+                   r"token=(?P<token>[0-9a-f-]{1,64}) boot_id=(?P<boot_id>[0-9a-f-]{1,64}) "
+                   r"bytes=(?P<bytes>\d{1,9}) md5=(?P<md5>[0-9a-f]{32})$")
+END = re.compile(r"pmlab-lava: report-end cycle=(?P<cycle>\d{1,9})$")
+S3_RESUME = "ACPI: PM: Low-level resume complete"
+FINISHED = ("Finished", "Canceled")
+
+
+class LavaError(Exception):
+    pass
+
+
+def check_mode(mode):
+    if mode.kind == "pm_test" or (mode.kind == "mem" and mode.wake == "rtc"):
+        return mode
+    raise LabError(f"mode {mode.name}/{mode.wake} cannot run as a LAVA job here: "
+                   f"only mem/rtc and pm_test-* (no libvirt to wake or restart the guest)")
+
+
+# ------------------------------------------------------------------ jobs
+
+def kernel_args(plan):
+    """The guest's command line for `plan` [(number, mode, knobs)]."""
+    lines = "".join(cycle_arguments(mode, number, knobs) + "\n" for number, mode, knobs in plan)
+    encoded = base64.b64encode(gzip.compress(lines.encode(), mtime=0)).decode()
+    args = f"{BASE_CMDLINE} pmlab.mode=lava pmlab.plan={encoded}"
+    if len(args) > 2000:  # x86 COMMAND_LINE_SIZE is 2048
+        raise LabError(f"a LAVA job of {len(plan)} cycles does not fit on the kernel command line; "
+                       f"split the plan into more jobs")
+    return args
+
+
+def render_job(plan, artifacts_dir, job_name, tags=()):
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    # Under TCG: boot ~20 s (OVMF), an S3 cycle with a 2 s RTC alarm and
+    # its report ~15 s; generous, LAVA's timeout is only the last resort.
+    test_minutes = 3 + len(plan)
+    text = env.get_template("job-cycles.yaml").render(
+        job_name=job_name, tags=list(tags), artifacts_url="file://" + os.path.abspath(artifacts_dir),
+        kernel_args=kernel_args(plan), boot_minutes=4, test_minutes=test_minutes,
+        job_minutes=test_minutes + 10)
+    yaml.safe_load(text)
+    return text
+
+
+def initramfs_init(path):
+    """The text of /init in a gzip'd newc cpio archive (None if absent)."""
+    data = gzip.decompress(open(path, "rb").read())
+    offset = 0
+    while data[offset:offset + 6] in (b"070701", b"070702"):
+        fields = [int(data[offset + 6 + 8 * i:offset + 14 + 8 * i], 16) for i in range(13)]
+        size, name_size = fields[6], fields[11]
+        name_start = offset + 110
+        name = data[name_start:name_start + name_size - 1].decode(errors="replace")
+        body = (name_start + name_size + 3) & ~3
+        if name in ("init", "./init"):
+            return data[body:body + size].decode(errors="replace")
+        if name == "TRAILER!!!":
+            break
+        offset = (body + size + 3) & ~3
+    return None
+
+
+def prepare_artifacts(source, target):
+    """Copy the kernel, initramfs and SSDT of `source` into `target` with a
+    sparse swap image: LAVA downloads from there (file://) for every job."""
+    os.makedirs(target, exist_ok=True)
+    for name in ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml"):
+        path = os.path.join(source, name)
+        if not os.path.isfile(path):
+            raise LabError(f"{path} missing: build the kernel and initramfs first")
+        shutil.copy2(path, os.path.join(target, name))
+    init = initramfs_init(os.path.join(source, "initramfs.cpio.gz")) or ""
+    if "pmlab-lava: ready" not in init:
+        raise LabError(f"{source}/initramfs.cpio.gz has a guest/init without pmlab.mode=lava: "
+                       f"rebuild it (lab/build-initramfs {source})")
+    with open(os.path.join(target, "swap.img"), "wb") as out:
+        out.truncate(SWAP_BYTES)
+    return target
+
+
+def lavacli(identity, *args, timeout=120):
+    command = ["lavacli", "-i", identity, *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise LavaError("lavacli missing: run pipelines/lava/install --server") from None
+    except subprocess.TimeoutExpired:
+        raise LavaError(f"{' '.join(command)} did not answer in {timeout} s") from None
+    if done.returncode != 0:
+        raise LavaError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def submit(identity, job_text):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as out:
+        out.write(job_text)
+    try:
+        output = lavacli(identity, "jobs", "submit", out.name).strip()
+    finally:
+        os.unlink(out.name)
+    if not output.split()[-1:] or not output.split()[-1].isdigit():
+        raise LavaError(f"lavacli jobs submit printed no job id: {output!r}")
+    return int(output.split()[-1])
+
+
+def job_state(identity, job_id):
+    """{"state", "health", "device", ...} of a job (lavacli jobs show --yaml)."""
+    return yaml.safe_load(lavacli(identity, "jobs", "show", "--yaml", str(job_id))) or {}
+
+
+def device_worker(identity, device):
+    for line in lavacli(identity, "devices", "show", device).splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "worker":
+            return value.strip()
+    return None
+
+
+def job_log(identity, job_id):
+    """The job log as a list of {"dt", "lvl", "msg"} entries."""
+    return yaml.safe_load(lavacli(identity, "jobs", "logs", "--raw", str(job_id), timeout=300)) or []
+
+
+# ------------------------------------------------------------------ the log
+
+def console_lines(entries):
+    """The guest's console, one line per "target" entry, with its time."""
+    out = []
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("lvl") == "target" and isinstance(entry.get("msg"), str):
+            out.append((entry.get("dt"), entry["msg"].rstrip("\r")))
+    return out
+
+
+def frames(lines):
+    """{cycle: {"status", "token", "boot_id", "report" (text or None), "problem", "dt"}}
+    from the console lines: each report checked against its length and md5."""
+    found, current = {}, None
+    for stamp, text in lines:
+        text = text.strip()
+        begin = BEGIN.search(text)
+        if begin:
+            current = {**begin.groupdict(), "chunks": [], "begin_dt": stamp}
+            continue
+        if current is None:
+            continue
+        end = END.search(text)
+        if end:
+            number = int(current["cycle"])
+            payload, problem, report = None, None, None
+            try:
+                payload = base64.b64decode("".join(current["chunks"]), validate=True)
+            except ValueError as error:
+                problem = f"the framed report is not base64 ({error})"
+            if payload is not None:
+                if len(payload) != int(current["bytes"]):
+                    problem = f"the framed report has {len(payload)} bytes, its frame says {current['bytes']}"
+                elif hashlib.md5(payload).hexdigest() != current["md5"]:
+                    problem = "the framed report's md5 does not match its frame"
+                else:
+                    report = gzip.decompress(payload).decode(errors="replace")
+            if end["cycle"] != current["cycle"]:
+                problem = f"report-begin of cycle {current['cycle']} ended by report-end of cycle {end['cycle']}"
+                report = None
+            found[number] = {"status": int(current["status"]), "token": current["token"],
+                             "boot_id": current["boot_id"], "report": report, "problem": problem,
+                             "dt": stamp, "begin_dt": current["begin_dt"]}
+            current = None
+        else:
+            current["chunks"].append(text)
+    return found
+
+
+def moment(stamp):
+    try:
+        return datetime.datetime.fromisoformat(str(stamp)).replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+
+
+def console_events(mode, evidence, stamp):
+    """What libvirt's events would have said, from the console: one firmware
+    S3 resume in the cycle's lines is one PMSuspended and one PMWakeup."""
+    resumes = sum(1 for line in evidence if S3_RESUME in line)
+    events = []
+    for _ in range(resumes):
+        events += [[stamp, "pmsuspend", "lava-console"], [stamp, "pmwakeup", "lava-console"]]
+    return events
+
+
+def cycle_records(plan, entries, run_id, job_id, job, rundir):
+    """Final records of `plan`'s cycles from one job's log. Returns
+    (records, lost): lost are the plan entries the job never started (no
+    kernel begin marker on the console); they get no record here. A cycle
+    that began and left no intact report is an error naming the job."""
+    lines = console_lines(entries)
+    texts = [text for _, text in lines]
+    found = frames(lines)
+    records, lost = [], []
+    device = job.get("device")
+    for number, mode, knobs in plan:
+        record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": number, "status": "done",
+                  "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
+                  "lava_job": job_id, "guest": device, "worker": job.get("worker"),
+                  "knobs": [list(k) for k in knobs]}
+        frame = found.get(number)
+        if frame is None and not any(console.strip_timestamp(text).startswith(console.BEGIN.format(cycle=number))
+                                     for text in texts):
+            lost.append((number, mode, knobs))  # never started: it runs again in another job
+            continue
+        if frame is None or frame["report"] is None:
+            # It started and its report is gone (worker or QEMU killed, job
+            # canceled, a frame the console broke): an error of the lab, kept.
+            why = frame["problem"] if frame else "the cycle began but the job ended before its report"
+            record.update(verdict="error", phase="lava",
+                          reason=f"LAVA job {job_id} ({job.get('state')}, {job.get('health')}): {why}",
+                          guest_usable=False)
+            records.append(record)
+            continue
+        evidence = console.cycle_lines(texts, number) or texts[-80:]
+        # The cycle runs from pmlab-cycle's kernel begin marker to the end of its frame.
+        marker = console.BEGIN.format(cycle=number)
+        began = next((stamp for stamp, text in lines if console.strip_timestamp(text).startswith(marker)),
+                     frame["begin_dt"])
+        start, end = moment(began), moment(frame["dt"])
+        stamp = end.timestamp() if end else time.time()
+        events = console_events(mode, evidence, stamp)
+        record.update(token=frame["token"], guest_boot_id=frame["boot_id"], libvirt_events=events,
+                      events_source="console (LAVA: no libvirt; one firmware S3 resume = suspend + wakeup)",
+                      report=rundir.write_file(report_path(number), frame["report"], compress=True),
+                      report_status=frame["status"], timeline=[])
+        if start:
+            record["host_start"] = start.isoformat(timespec="milliseconds")
+        if end:
+            record["host_end"] = end.isoformat(timespec="milliseconds")
+        if start and end:
+            record["host_seconds"] = round((end - start).total_seconds(), 3)
+        record.update(judge_with_order(mode, frame["report"], frame["status"], events, evidence, [],
+                                       frame["token"], frame["boot_id"]))
+        record["evidence"] = evidence
+        records.append(record)
+    return records, lost
+
+
+# ------------------------------------------------------------------ running
+
+def split(plan, jobs):
+    """`plan` into at most `jobs` consecutive slices of nearly equal size."""
+    jobs = max(1, min(jobs, len(plan)))
+    size, extra = divmod(len(plan), jobs)
+    out, start = [], 0
+    for index in range(jobs):
+        end = start + size + (1 if index < extra else 0)
+        out.append(plan[start:end])
+        start = end
+    return [part for part in out if part]
+
+
+def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
+             poll_seconds=5, on_submitted=None, log=print, run_id=None):
+    """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
+    every cycle into `rundir` (lab.records.RunDir). Cycles a job never began
+    are resubmitted up to `retries` times. Returns the final records, one
+    per planned cycle."""
+    for _, mode, _ in plan:
+        check_mode(mode)
+    run_id = run_id or rundir.run_id
+    os.makedirs(rundir.file("lava"), exist_ok=True)
+    final, pending, attempt, lost_in = {}, list(plan), 0, {}
+    while pending and attempt <= retries:
+        running = {}
+        for part in split(pending, jobs):
+            name = f"pmlab {rundir.run_id} cycles {part[0][0]}-{part[-1][0]}" + (f" retry {attempt}" if attempt else "")
+            text = render_job(part, artifacts, name, tags)
+            job_id = submit(identity, text)
+            with open(rundir.file("lava", f"job-{job_id}.yaml"), "w") as out:
+                out.write(text)
+            log(f"lava: job {job_id}: cycles {', '.join(str(n) for n, _, _ in part)}")
+            running[job_id] = part
+            if on_submitted:
+                on_submitted(job_id, part)
+        pending = []
+        while running:
+            time.sleep(poll_seconds)
+            for job_id in list(running):
+                job = job_state(identity, job_id)
+                if job.get("state") not in FINISHED:
+                    continue
+                part = running.pop(job_id)
+                entries = job_log(identity, job_id)
+                if job.get("device"):
+                    job["worker"] = device_worker(identity, job["device"])
+                with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
+                    yaml.safe_dump(entries, out, width=1 << 20)
+                records, lost = cycle_records(part, entries, run_id, job_id, job, rundir)
+                for record in records:
+                    rundir.append(record)
+                    final[record["cycle"]] = record
+                log(f"lava: job {job_id} {job.get('health')} on {job.get('device')}: "
+                    + ", ".join(f"{r['cycle']} {r['verdict']}" for r in records))
+                pending += lost
+                lost_in.update((number, job_id) for number, _, _ in lost)
+        attempt += 1
+        if pending and attempt <= retries:
+            log(f"lava: resubmitting {len(pending)} lost cycle(s): {', '.join(str(n) for n, _, _ in pending)}")
+    for number, mode, knobs in pending:  # never started in `retries` resubmissions
+        record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": number, "status": "done",
+                  "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
+                  "knobs": [list(k) for k in knobs], "verdict": "error", "phase": "lava",
+                  "lava_job": lost_in.get(number),
+                  "reason": f"never started: LAVA job {lost_in.get(number)} ended before it, {retries} resubmission(s)"}
+        rundir.append(record)
+        final[number] = record
+    return [final[number] for number, _, _ in plan]
+
+
+def plan_from(mode_specs, injections):
+    """[(number, mode, knobs)] from --mode specs and --inject items."""
+    from lab.run import parse_injections
+    knobs = parse_injections(injections)
+    names = modes.expand(mode_specs)
+    return [(number, check_mode(modes.mode_of(name)), tuple(knobs.get(number, ())))
+            for number, name in enumerate(names, start=1)]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m pipelines.lava.jobs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", action="append", required=True, help="MODE[/WAKE][*N], as everywhere")
+    parser.add_argument("--inject", action="append", default=[], help="CYCLE:KNOB=VALUE")
+    parser.add_argument("--jobs", type=int, default=2, help="jobs run at once (one per worker)")
+    parser.add_argument("--artifacts", default=os.path.join(REPO, "build", "out"))
+    parser.add_argument("--results", default=os.path.join(REPO, "results"))
+    parser.add_argument("--run-id")
+    parser.add_argument("--identity", default="pmlab", help="lavacli identity (lavacli identities add)")
+    parser.add_argument("--tags", default="q35-ovmf", help="device tags the jobs ask for, comma-separated")
+    parser.add_argument("--retries", type=int, default=1)
+    args = parser.parse_args(argv)
+    try:
+        plan = plan_from(args.mode, args.inject)
+        run_id = args.run_id or "lava-" + new_run_id()
+        rundir = RunDir(args.results, run_id)
+        artifacts = prepare_artifacts(args.artifacts, rundir.file("artifacts"))
+        records = run_plan(plan, rundir, artifacts, args.identity, args.jobs,
+                           [t for t in args.tags.split(",") if t], args.retries)
+    except (LabError, LavaError) as error:
+        print(f"lava/jobs: {error}", file=sys.stderr)
+        return 2
+    rundir.write_summary({"engine": "lava"})
+    for record in records:
+        print(f"cycle {record['cycle']:>3} {record['mode']}/{record['wake']}: {record['verdict'].upper()}"
+              + (f" ({record.get('phase')}: {record.get('reason')})" if record["verdict"] != "pass" else "")
+              + f" [job {record['lava_job']}]")
+    print(f"results: {rundir.path}")
+    return 0 if all(r["verdict"] == "pass" for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
