@@ -1,6 +1,7 @@
 """A soak on several guests at once, and its numbers.
 
   ./pmlab soak --guests 2 --max-cycles 2100 --mode 'mem*20,disk' [--run-id ID]
+               [--profile pc-seabios|q35-ovmf] [--memory MIB] [--watchdog PHASE=S]
   ./pmlab soak --report ID      the numbers of a soak again (also of one still running:
                                 the cycles its lab.run processes have recorded so far)
 
@@ -38,7 +39,7 @@ if __package__ in (None, ""):
 
 from lab import options  # noqa: E402
 from lab.run import parse_injections  # noqa: E402
-from lab.virt import LabError  # noqa: E402
+from lab.virt import PROFILES, LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab import bench  # noqa: E402
@@ -66,7 +67,8 @@ def parse_args(argv):
                         help="cycles per lab.run process (default: the whole shard, one process per guest)")
     parser.add_argument("--bench-cycles", type=int, default=20, help="lab.bench cycles at the end (0: none)")
     parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak")
-    parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS", help="passed to lab.run")
+    options.add_guest(parser.add_argument_group("passed to every guest's lab.run"),
+                      {"profiles": sorted(PROFILES)})
     options.add_inject(parser, "that cycle of the soak's plan (passed to the nightly shard that runs it)")
     options.add_keep(parser, "failures")
     args = parser.parse_args(argv)
@@ -102,25 +104,30 @@ def shard_dirs(results, run_id, guests):
             for index in range(1, guests + 1)]
 
 
+def shard_command(args, artifacts, index):
+    """The nightly command line of guest `index` (1-based) of the soak."""
+    per_shard = math.ceil(args.max_cycles / args.guests) if args.max_cycles else 1000
+    argv = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", args.run_id,
+            "--shard", f"{index}/{args.guests}", "--results", args.results,
+            "--artifacts", artifacts, "--chunk", str(args.chunk or per_shard), "--keep", args.keep]
+    if args.max_cycles:
+        argv += ["--max-cycles", str(args.max_cycles)]
+    if args.hours:
+        argv += ["--hours", str(args.hours)]
+    for mode in args.mode:
+        argv += ["--mode", mode]
+    argv += options.guest_argv(args)
+    for item in args.inject or ():
+        argv += ["--inject", item]
+    return argv
+
+
 def run_shards(args, artifacts):
     """Start one nightly per guest, stream their output, wait for all.
     SIGINT/SIGTERM go to every nightly (each records its cycle in flight)."""
-    per_shard = math.ceil(args.max_cycles / args.guests) if args.max_cycles else 1000
     processes = []
     for index in range(1, args.guests + 1):
-        argv = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", args.run_id,
-                "--shard", f"{index}/{args.guests}", "--results", args.results,
-                "--artifacts", artifacts, "--chunk", str(args.chunk or per_shard), "--keep", args.keep]
-        if args.max_cycles:
-            argv += ["--max-cycles", str(args.max_cycles)]
-        if args.hours:
-            argv += ["--hours", str(args.hours)]
-        for mode in args.mode:
-            argv += ["--mode", mode]
-        for watchdog in args.watchdog or ():
-            argv += ["--watchdog", watchdog]
-        for item in args.inject or ():
-            argv += ["--inject", item]
+        argv = shard_command(args, artifacts, index)
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           errors="replace", bufsize=1, start_new_session=True))
 
@@ -159,16 +166,19 @@ def merge_shards(args):
     return out
 
 
-def run_bench(artifacts, cycles, results):
-    """lab.bench on the soak's kernel: (ratio or None, its output lines). The
-    ratio is what lab.bench wrote (lab.bench.read_result), not its text."""
+def run_bench(artifacts, cycles, results, profile=None):
+    """lab.bench on the soak's kernel and machine profile: (ratio or None, its
+    output lines). The ratio is what lab.bench wrote (lab.bench.read_result),
+    not its text."""
     os.makedirs(results, exist_ok=True)
     try:
         os.unlink(os.path.join(results, bench.RESULT_FILE))  # an older bench's numbers are not this one's
     except FileNotFoundError:
         pass
-    done = subprocess.run([PYTHON, "-m", "lab.bench", "--cycles", str(cycles), "--artifacts", artifacts,
-                           "--results", results], cwd=REPO, capture_output=True, text=True)
+    argv = [PYTHON, "-m", "lab.bench", "--cycles", str(cycles), "--artifacts", artifacts, "--results", results]
+    if profile:
+        argv += ["--profile", profile]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
     lines = (done.stdout + done.stderr).strip().splitlines()
     result = bench.read_result(results)
     return (result["ratio"] if result else None), lines
@@ -245,7 +255,9 @@ def report_lines(run_id, result, command=None):
     lines = [f"soak {run_id}" + (f": {command}" if command else "")]
     lines.append(f"  {result['cycles']} cycles in {hms(result.get('wall_seconds') or 0)}"
                  f" = {result.get('cycles_per_hour')} cycles/hour on all guests; success rate "
-                 f"{result['success_rate']} (95 % {result['success_rate_95']})")
+                 f"{result['success_rate']} (95 % {result['success_rate_95']})"
+                 + (f"; {result['planned']} planned, {result['not_recorded']} without a record"
+                    if result.get("planned") else ""))
     for mode, block in result["modes"].items():
         lines.append(f"  {mode}: {block['cycles']} cycles {block['verdicts']}, success {block['success_rate']}"
                      f" (95 % {block['success_rate_95']}), {block['mean_cycle_seconds']} s/cycle mean"
@@ -286,6 +298,9 @@ def report(args, bench=None):
     path = os.path.join(args.results, args.run_id, "soak.json")
     previous = read_json(path, {}) if os.path.isfile(path) else {}
     result["command"] = previous.get("command")
+    planned = previous.get("planned")
+    if planned:  # cycles the plan asked for that have no record at all
+        result.update(planned=planned, not_recorded=max(0, planned - result["cycles"]))
     if bench:
         result.update(bench_ratio=bench[0], bench_cycles=args.bench_cycles, bench_output=bench[1])
     else:
@@ -327,7 +342,9 @@ def main(argv=None):
     command = "pipelines/soak " + " ".join(argv if argv is not None else sys.argv[1:])
     soak_json = os.path.join(run_path, "soak.json")
     if not os.path.isfile(soak_json):
-        write_json(soak_json, {"run_id": args.run_id, "command": command, "started": stamp()})
+        write_json(soak_json, {"run_id": args.run_id, "command": command, "started": stamp(),
+                               # with --hours the budget may end it early: no plan to miss
+                               "planned": None if args.hours else args.max_cycles})
     log(PROG, f"run {args.run_id}: {args.guests} guests, modes {', '.join(args.mode)}, "
               f"{args.max_cycles or 'no'} max cycles, kernel {artifacts}")
     started = time.monotonic()
@@ -341,7 +358,7 @@ def main(argv=None):
     bench = None
     if args.bench_cycles > 0 and 130 not in codes:
         log(PROG, f"lab.bench --cycles {args.bench_cycles} on the soak's kernel")
-        bench = run_bench(artifacts, args.bench_cycles, os.path.join(run_path, "bench"))
+        bench = run_bench(artifacts, args.bench_cycles, os.path.join(run_path, "bench"), args.profile)
         for line in bench[1]:
             print(f"  bench| {line}", flush=True)
     result = report(args, bench)

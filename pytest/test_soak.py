@@ -3,6 +3,8 @@ soak reports from its records. The soak itself runs in pipelines, not CI."""
 
 import pytest
 
+from lab.records import RunDir
+
 from pipelines import plan as plan_mod
 from pipelines import soak
 
@@ -61,3 +63,36 @@ def test_soak_refuses_a_soak_without_bound(tmp_path, capsys):
 def test_soak_names_missing_artifacts(tmp_path, capsys):
     assert soak.main(["--results", str(tmp_path), "--max-cycles", "4", "--artifacts", str(tmp_path / "none")]) == 2
     assert "bzImage" in capsys.readouterr().err
+
+
+def test_every_shard_gets_the_machine_profile_and_guest_options():
+    args = soak.parse_args(["--guests", "2", "--max-cycles", "10000", "--mode", "mem", "--profile", "pc-seabios",
+                            "--memory", "384", "--watchdog", "resume=30"])
+    args.run_id, args.results = "soak-x", "/r"
+    first, second = (soak.shard_command(args, "/a", index) for index in (1, 2))
+    for index, argv in ((1, first), (2, second)):
+        assert argv[argv.index("--shard") + 1] == f"{index}/2"
+        assert argv[argv.index("--profile") + 1] == "pc-seabios"
+        assert argv[argv.index("--memory") + 1] == "384"
+        assert argv[argv.index("--watchdog") + 1] == "resume=30"
+        assert argv[argv.index("--chunk") + 1] == "5000"
+
+
+def test_a_bad_profile_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        soak.parse_args(["--max-cycles", "4", "--profile", "pc-q35"])
+    assert "invalid choice: 'pc-q35'" in capsys.readouterr().err
+
+
+def test_the_report_counts_planned_cycles_without_a_record(tmp_path, capsys):
+    args = soak.parse_args(["--results", str(tmp_path), "--guests", "2"])
+    args.results, args.run_id = str(tmp_path), "soak-x"
+    run = tmp_path / "soak-x"
+    run.mkdir()
+    (run / "soak.json").write_text('{"run_id": "soak-x", "planned": 4}')
+    shard = RunDir(str(tmp_path), "soak-x-shard1of2")
+    for number in (1, 3):
+        shard.append(_record(number, start=number))
+    result = soak.report(args)
+    assert result["planned"] == 4 and result["not_recorded"] == 2
+    assert "4 planned, 2 without a record" in capsys.readouterr().out
