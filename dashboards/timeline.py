@@ -154,14 +154,18 @@ def model(record, report_text):
     end_ms = _ms(last, t0)
     _, parents = observe.from_trace(parts["trace"])
 
-    # where each pmtest record ran: the trace copy of the record (event
-    # pmtest_callback, same seq) gives its time on the trace clock
+    # where each pmtest record ran, on the trace clock: its trace copy (event
+    # pmtest_callback, same seq) where the guest enabled that event, as
+    # reports before 2026-12 did (their t was CLOCK_BOOTTIME); otherwise its
+    # own t, which pmtest now takes from the trace clock
     pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
     pmtest_ts = {}
     for event in events:
         if event.name == "pmtest_callback":
             for entry in pmtest_log.parse(f"pmtest: {event.body}"):
                 pmtest_ts[entry["seq"]] = event.ts
+    if not pmtest_ts:
+        pmtest_ts = {entry["seq"]: entry["t"] / 1e9 for entry in pmtest_entries}
 
     failing_trace = {(device, cb) for device, cb, _ in trace.failed_callbacks(sequences)}
     failing_record = records.failed_callbacks(record)

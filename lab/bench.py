@@ -26,7 +26,8 @@ harness cycle alternate, so both see the same machine load: while one runs,
 the other is asleep in S3 or idle. A raw cycle is timed from system_wakeup to
 the next SUSPEND event (resume + the next suspend); a harness cycle is the
 wall time of Session.cycle() (request, suspend, wake, resume, the guest's
-report, parsing, judging, both records written and fsynced).
+report, parsing, judging, both records written and fsynced; reports kept
+only for cycles that did not pass, as in a soak, unless --keep full).
 Ratio = mean harness / mean raw; target <= 1.10.
 
 The numbers also go to <results>/bench.json (summarize(), read back with
@@ -157,13 +158,14 @@ class RawGuest:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None):
+def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None, keep="failures"):
     """Alternate one raw cycle, one stock-floor cycle (when `stock`, a
     bzImage, is given) and one harness cycle, so all see the same machine
     load (other guests, builds): a guest asleep in S3 costs nothing while
     another one runs. Returns (raw seconds list, harness seconds list, the
-    harness's run directory, stock seconds list or None)."""
-    rundir = RunDir(results, "bench-" + new_run_id())
+    harness's run directory, stock seconds list or None). `keep`: the
+    harness's evidence policy (--keep), "failures" as in a soak."""
+    rundir = RunDir(results, "bench-" + new_run_id(), keep=keep)
     session = Session(found, rundir, uri, profile, worker="bench")
     raws = []
     mem = modes.parse_mode("mem")
@@ -256,6 +258,7 @@ def main(argv=None):
     parser.add_argument("--stock-floor", action=argparse.BooleanOptionalAction, default=True,
                         help=f"also time the raw loop on Debian's {STOCK_PACKAGE} (default: on)")
     options.add_results(parser, run_id_help=None)
+    options.add_keep(parser, "failures")
     args = parser.parse_args(argv)
     try:
         cycles = bench_cycles(args.mode, args.cycles)
@@ -273,7 +276,7 @@ def main(argv=None):
     started = time.time()
     try:
         raw_times, harness_times, rundir, stock_times = run_interleaved(
-            found, cycles, args.uri, args.results, args.profile, stock)
+            found, cycles, args.uri, args.results, args.profile, stock, args.keep)
     except RuntimeError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2

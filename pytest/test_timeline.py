@@ -18,6 +18,7 @@ import copy
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -114,6 +115,34 @@ def test_model_places_pmtest_records_and_console_lines():
     index = timeline.console_index(lines)
     assert timeline.lines_naming("pmtest_full.1", lines, index) == [lines[1], lines[3], lines[4]]
     assert timeline.lines_naming("<b>x</b>", ["1 <b>x</b>: y", "2 <b>x</b>z"], {}) == ["1 <b>x</b>: y"]
+
+def test_records_on_the_trace_clock_are_placed_without_their_trace_copy():
+    """Guests now leave pmtest:pmtest_callback off and pmtest stamps t with
+    the trace clock: the same recording rewritten that way (t = the trace
+    copy's time, the copies removed) places every record in the same call."""
+    text = report("mem-fault-suspend")
+    at = {}
+    for event in trace.parse(guest_report.sections(text)["trace"]):
+        if event.name == "pmtest_callback":
+            at[event.body.split()[0]] = round(event.ts * 1e9)
+    assert len(at) == 31
+    lines = []
+    for line in text.splitlines():
+        if "pmtest_callback:" in line:
+            continue
+        seq = line.split()[1] if line.startswith("pmtest: seq=") else None
+        if seq in at:
+            line = re.sub(r" t=\d+ ", f" t={at[seq]} ", line)
+        lines.append(line)
+    rewritten = "\n".join(lines) + "\n"
+    assert "pmtest_callback" not in rewritten
+    before = timeline.model(recorded("mem-fault-suspend"), text)
+    after = timeline.model(recorded("mem-fault-suspend"), rewritten)
+    placed = [(row["device"], call["cb"], call["pmtest"]) for row, call in all_calls(before) if call["pmtest"]]
+    assert len([p for _, _, records in placed for p in records]) == 31
+    assert [(row["device"], call["cb"], call["pmtest"]) for row, call in all_calls(after) if call["pmtest"]] == placed
+    assert after["pmtest_unplaced"] == []
+
 
 
 def test_model_marks_oracle_violations_at_their_calls():

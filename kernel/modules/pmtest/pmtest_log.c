@@ -23,7 +23,7 @@
 #include <linux/seq_file.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
-#include <linux/timekeeping.h>
+#include <linux/trace_clock.h>
 #include <linux/vmalloc.h>
 
 #include "pmtest.h"
@@ -79,7 +79,8 @@ void pmtest_log(const char *dev, enum pmtest_cb cb, int event, int ret)
 
 	spin_lock_irqsave(&pmtest_log_lock, flags);
 	seq = pmtest_next_seq++;
-	t = ktime_get_boot_fast_ns();
+	/* The trace buffer's default clock: records line up with its events. */
+	t = trace_clock_local();
 	if (pmtest_ring) {
 		if (seq - pmtest_first_seq >= PMTEST_LOG_SIZE) {
 			pmtest_first_seq++;
