@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 
 from lab.virt import LabError
@@ -9,6 +10,9 @@ from lab.virt import LabError
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(REPO, "build", "out")
 BASELINE_DIR = os.path.join(REPO, "build", "baseline", "out")
+# What kernel/build and lab/build-initramfs write: a copy with these (and
+# modules/) boots the same guest as the original.
+FILES = ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml", "manifest.json", "config", "compile.env")
 
 
 @dataclass
@@ -59,3 +63,18 @@ def find(directory=DEFAULT_DIR):
         raise LabError(f"missing {ssdt}: the pmtest ACPI devices need it (build it with {build_kernel})")
     return Artifacts(directory, kernel, initrd, manifest, modules,
                      ssdt if os.path.isfile(ssdt) else None)
+
+
+def copy(source, target):
+    """Copy the artifacts of `source` into the new directory `target` (times
+    kept, so find() judges the initramfs against the modules as before), and
+    check the copy with find(): a copy that could not boot the same guest
+    raises LabError here, not when a guest starts."""
+    found = find(source)
+    os.makedirs(target)
+    for name in FILES:
+        if os.path.isfile(os.path.join(found.directory, name)):
+            shutil.copy2(os.path.join(found.directory, name), target)
+    if os.path.isdir(os.path.join(found.directory, "modules")):
+        shutil.copytree(os.path.join(found.directory, "modules"), os.path.join(target, "modules"))
+    return find(target)

@@ -37,6 +37,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
 from lab.run import parse_injections  # noqa: E402
 from lab.virt import PROFILES, LabError  # noqa: E402
@@ -47,7 +48,6 @@ from lab.records import cycles_path, is_done, nearest_rank, pass_rate, read_cycl
 from pipelines.nightly import chunk_records  # noqa: E402
 
 PROG = "soak"
-ARTIFACT_FILES = ("bzImage", "initramfs.cpio.gz", "manifest.json", "config", "compile.env")
 
 
 class SoakError(Exception):
@@ -84,17 +84,12 @@ def pin_artifacts(source, run_path):
     target = os.path.join(run_path, "artifacts")
     if os.path.isfile(os.path.join(target, "bzImage")):
         return target
-    missing = [name for name in ("bzImage", "initramfs.cpio.gz") if not os.path.isfile(os.path.join(source, name))]
-    if missing:
-        raise SoakError(f"{source} has no {', '.join(missing)}: run kernel/build and lab/build-initramfs first")
     temporary = target + ".partial"
     shutil.rmtree(temporary, ignore_errors=True)
-    os.makedirs(temporary)
-    for name in ARTIFACT_FILES:
-        if os.path.isfile(os.path.join(source, name)):
-            shutil.copy2(os.path.join(source, name), temporary)
-    if os.path.isdir(os.path.join(source, "modules")):
-        shutil.copytree(os.path.join(source, "modules"), os.path.join(temporary, "modules"))
+    try:
+        artifacts_mod.copy(source, temporary)
+    except LabError as error:
+        raise SoakError(f"{error} (run kernel/build and lab/build-initramfs first)") from None
     os.replace(temporary, target)
     return target
 

@@ -1,8 +1,11 @@
 """pipelines/soak's bookkeeping (no guests): mode weights, the numbers a
 soak reports from its records. The soak itself runs in pipelines, not CI."""
 
+import os
+
 import pytest
 
+from lab import artifacts
 from lab.records import RunDir
 
 from pipelines import plan as plan_mod
@@ -96,3 +99,27 @@ def test_the_report_counts_planned_cycles_without_a_record(tmp_path, capsys):
     result = soak.report(args)
     assert result["planned"] == 4 and result["not_recorded"] == 2
     assert "4 planned, 2 without a record" in capsys.readouterr().out
+
+
+def _artifact_dir(path, ssdt=True):
+    (path / "modules").mkdir(parents=True)
+    (path / "modules" / "pmtest.ko").write_bytes(b"ko")
+    for name in ("bzImage", "manifest.json", "config") + (("pmtest-ssdt.aml",) if ssdt else ()):
+        (path / name).write_text("{}" if name.endswith(".json") else name)
+    (path / "initramfs.cpio.gz").write_bytes(b"cpio")  # written after the modules, as lab/build-initramfs does
+    return path
+
+
+def test_the_pinned_copy_boots_the_same_guest_acpi_table_included(tmp_path):
+    source = _artifact_dir(tmp_path / "out")
+    pinned = soak.pin_artifacts(str(source), str(tmp_path / "soak-x"))
+    found = artifacts.find(pinned)
+    assert os.path.basename(found.ssdt) == "pmtest-ssdt.aml" and found.modules == ["pmtest.ko"]
+    assert sorted(os.listdir(pinned)) == sorted(os.listdir(source))
+
+
+def test_a_source_without_the_acpi_table_is_refused_before_any_guest(tmp_path):
+    source = _artifact_dir(tmp_path / "out", ssdt=False)
+    with pytest.raises(soak.SoakError, match="pmtest-ssdt.aml"):
+        soak.pin_artifacts(str(source), str(tmp_path / "soak-x"))
+    assert not os.path.exists(tmp_path / "soak-x" / "artifacts")
