@@ -63,7 +63,7 @@ S3_GLOBALS = {"q35": ["-global", "ICH9-LPC.disable_s3=0", "-global", "ICH9-LPC.d
               "pc": ["-global", "PIIX4_PM.disable_s3=0", "-global", "PIIX4_PM.disable_s4=0"]}
 
 
-def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf", kernel=None):
+def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf", kernel=None, pmtest_tree=None):
     """QEMU arguments matching the domain lab.virt.domain_xml() gives libvirt
     for `profile_name` (q35 + OVMF pflash or pc + SeaBIOS, TCG, the same
     devices at the same PCI slots). `kernel`: another bzImage (the stock
@@ -79,7 +79,8 @@ def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf",
     with open(swap, "wb") as disk:
         disk.truncate(1 << 30)
     bus = profile["root_bus"]
-    cmdline = f"{BASE_CMDLINE} pmlab.mode=raw-s3 pmlab.count={cycles}"
+    cmdline = " ".join(w for w in (BASE_CMDLINE, f"pmlab.mode=raw-s3 pmlab.count={cycles}",
+                                   options.pmtest_tree_cmdline(pmtest_tree)) if w)
     return [
         "qemu-system-x86_64", "-name", "pmlab-bench-raw",
         "-machine", f"{profile['machine']},usb=off", "-accel", "tcg", "-cpu", "qemu64",
@@ -132,10 +133,11 @@ def stock_kernel(cache=STOCK_CACHE):
 class RawGuest:
     """Plain QEMU running the raw S3 loop, driven over QMP."""
 
-    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None):
+    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None, pmtest_tree=None):
         self.workdir = tempfile.mkdtemp(prefix="pmlab-bench-")
         self.process = subprocess.Popen(raw_command(found, self.workdir, cycles + 1,
-                                                    profile_name=profile, kernel=kernel),
+                                                    profile_name=profile, kernel=kernel,
+                                                    pmtest_tree=pmtest_tree),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE)
         self.qmp = QMP(os.path.join(self.workdir, "qmp.sock"))
@@ -158,7 +160,8 @@ class RawGuest:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None, keep="failures"):
+def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None, keep="failures",
+                    pmtest_tree=None):
     """Alternate one raw cycle, one stock-floor cycle (when `stock`, a
     bzImage, is given) and one harness cycle, so all see the same machine
     load (other guests, builds): a guest asleep in S3 costs nothing while
@@ -166,13 +169,13 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
     harness's run directory, stock seconds list or None). `keep`: the
     harness's evidence policy (--keep), "failures" as in a soak."""
     rundir = RunDir(results, "bench-" + new_run_id(), keep=keep)
-    session = Session(found, rundir, uri, profile, worker="bench")
+    session = Session(found, rundir, uri, profile, worker="bench", pmtest_tree=pmtest_tree)
     raws = []
     mem = modes.parse_mode("mem")
     raw_times, stock_times, harness_times, verdicts = [], [], [], []
     try:
-        raws.append(RawGuest(found, cycles, profile))
-        if stock:
+        raws.append(RawGuest(found, cycles, profile, pmtest_tree=pmtest_tree))
+        if stock:  # the stock kernel has no pmtest module: no tree to size
             raws.append(RawGuest(found, cycles, profile, kernel=stock))
         first = session.cycle(mem, 1)  # boots the harness guest; not timed
         verdicts.append(first["verdict"])
@@ -259,8 +262,11 @@ def main(argv=None):
                         help=f"also time the raw loop on Debian's {STOCK_PACKAGE} (default: on)")
     options.add_results(parser, run_id_help=None)
     options.add_keep(parser, "failures")
+    parser.add_argument("--pmtest-tree", metavar="DEPTHxFANOUT",
+                        help="pmtest's tree size on both the raw and the harness guest (see lab.run)")
     args = parser.parse_args(argv)
     try:
+        args.pmtest_tree = options.pmtest_tree(args.pmtest_tree)
         cycles = bench_cycles(args.mode, args.cycles)
         found = artifacts_mod.find(artifacts_mod.BASELINE_DIR if args.baseline
                                    else args.artifacts or artifacts_mod.DEFAULT_DIR)
@@ -276,12 +282,14 @@ def main(argv=None):
     started = time.time()
     try:
         raw_times, harness_times, rundir, stock_times = run_interleaved(
-            found, cycles, args.uri, args.results, args.profile, stock, args.keep)
+            found, cycles, args.uri, args.results, args.profile, stock, args.keep, args.pmtest_tree)
     except RuntimeError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
     result = summarize(raw_times, harness_times, rundir.path, time.time() - started,
                        stock_times, args.profile)
+    if args.pmtest_tree:
+        result["pmtest_tree"] = list(args.pmtest_tree)
     write_result(args.results, result)
     raw, harness = result["raw"], result["harness"]
     if stock_times:

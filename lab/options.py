@@ -61,15 +61,42 @@ def add_guest(parser, defaults=None):
     parser.add_argument("--vcpus", type=int, default=defaults.get("vcpus"), help="guest CPUs (default 1)")
     parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS",
                         help="boot, suspend, resume, hibernate or restore watchdog")
+    parser.add_argument("--pmtest-tree", metavar="DEPTHxFANOUT",
+                        help="size of pmtest's platform device trees (full, compat, legacy, async): levels "
+                             "below each root x children per device; pmtest's default 2x2 is 7 devices a tree "
+                             "and 15 async; 1x1 (2 and 3) makes a fast soak")
+
+
+def pmtest_tree(text):
+    """(depth, fanout) from --pmtest-tree DEPTHxFANOUT, or None; LabError
+    naming the value otherwise. The limit is pmtest's own (pmtest_platform.c
+    PMTEST_TREE_MAX): at most 256 devices a tree."""
+    if text is None:
+        return None
+    from lab.virt import LabError
+    depth, sep, fanout = text.partition("x")
+    if not sep or not depth.isdigit() or not fanout.isdigit():
+        raise LabError(f"bad --pmtest-tree '{text}': give DEPTHxFANOUT, e.g. 1x1 or 2x2")
+    depth, fanout = int(depth), int(fanout)
+    devices = sum(fanout ** level for level in range(depth + 1)) if fanout else 1
+    if devices > 256:
+        raise LabError(f"bad --pmtest-tree '{text}': {devices} devices a tree, pmtest allows 256")
+    return depth, fanout
+
+
+def pmtest_tree_cmdline(tree):
+    """Kernel command line words for pmtest's tree size (guest/init passes
+    pmtest.* words to insmod)."""
+    return f"pmtest.depth={tree[0]} pmtest.fanout={tree[1]}" if tree else ""
 
 
 def guest_argv(args):
     """The add_guest options given, as lab.run arguments."""
     out = []
-    for option in ("uri", "profile", "memory", "vcpus"):
+    for option in ("uri", "profile", "memory", "vcpus", "pmtest_tree"):
         value = getattr(args, option, None)
         if value is not None:
-            out += [f"--{option}", str(value)]
+            out += [f"--{option.replace('_', '-')}", str(value)]
     for value in getattr(args, "watchdog", None) or ():
         out += ["--watchdog", value]
     return out

@@ -64,12 +64,15 @@ def setup(args):
     plan = modes_mod.plan(args.mode, args.cycles, args.wake)
     watchdogs = watchdogs_from(args.watchdog)
     injections = parse_injections(args.inject)
+    args.pmtest_tree = options.pmtest_tree(args.pmtest_tree)
     directory = artifacts_mod.BASELINE_DIR if args.baseline else (args.artifacts or artifacts_mod.DEFAULT_DIR)
     found = artifacts_mod.find(directory)
     if injections and not found.modules:
         raise virt.LabError(f"--inject needs the pmtest modules, but {directory}/modules has none")
     if args.memory < 128 or args.vcpus < 1:
         raise virt.LabError("--memory must be at least 128 MiB and --vcpus at least 1")
+    if args.pmtest_tree and "pmtest.ko" not in found.modules:
+        raise virt.LabError(f"--pmtest-tree needs the pmtest module, but {directory}/modules has none")
     connection = virt.Connection(args.uri)
     return plan, watchdogs, injections, found, connection
 
@@ -128,7 +131,8 @@ def main(argv=None):
           flush=True)
     write_manifest(rundir, found.directory)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
-                      args.memory, args.vcpus, connection=connection, sleepgraph_files=args.sleepgraph)
+                      args.memory, args.vcpus, connection=connection, sleepgraph_files=args.sleepgraph,
+                      pmtest_tree=args.pmtest_tree)
     number = 0
     rss_start = rss_kib()
     try:

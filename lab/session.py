@@ -6,7 +6,7 @@ import time
 
 import libvirt
 
-from lab import virt
+from lab import options, virt
 from lab.cycle import Watchdogs, run_cycle
 from lab.guest import Guest, GuestError
 from lab.records import iso
@@ -15,7 +15,7 @@ from lab.records import iso
 class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
-                 connection=None, sleepgraph_files=False):
+                 connection=None, sleepgraph_files=False, pmtest_tree=None):
         if profile not in virt.PROFILES:
             raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -25,7 +25,10 @@ class Session:
         self.worker = worker
         self.memory_mib = memory_mib
         self.vcpus = vcpus
-        self.cmdline_extra = cmdline_extra
+        # pmtest's tree size (lab.options.pmtest_tree): a boot parameter, and
+        # in every record, since it sets how many devices a cycle walks
+        self.pmtest_tree = pmtest_tree
+        self.cmdline_extra = " ".join(w for w in (cmdline_extra, options.pmtest_tree_cmdline(pmtest_tree)) if w)
         self.connection = connection or virt.Connection(uri)
         self.sleepgraph_files = sleepgraph_files  # every cycle's, not only those that did not pass
         self.guest = None
@@ -60,7 +63,8 @@ class Session:
                            "kernelrelease": manifest.get("kernelrelease"),
                            "series_hash": manifest.get("series_hash"),
                            "modules": self.artifacts.modules},
-                "profile": self.profile, "worker": self.worker}
+                "profile": self.profile, "worker": self.worker,
+                **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
     def cycle(self, mode, number, knobs=(), expect="pass"):
         """Run cycle `number`; always returns its final record. `expect`: the

@@ -192,3 +192,34 @@ def test_long_runs_refuse_a_bad_injection_before_anything_runs(verb, extra, tmp_
     assert done.returncode == 2
     assert "bad --inject '2:nope=1'" in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("text, want", [("1x1", (1, 1)), ("2x2", (2, 2)), ("0x5", (0, 5)), ("7x0", (7, 0)),
+                                        ("7x2", (7, 2)), (None, None)])
+def test_pmtest_tree_sizes(text, want):
+    assert options.pmtest_tree(text) == want
+
+
+@pytest.mark.parametrize("text, problem", [("2", "give DEPTHxFANOUT"), ("ax2", "give DEPTHxFANOUT"),
+                                           ("2x-1", "give DEPTHxFANOUT"),
+                                           ("8x2", "511 devices a tree, pmtest allows 256"),
+                                           ("3x7", "400 devices a tree, pmtest allows 256")])
+def test_a_pmtest_tree_pmtest_would_refuse_is_refused_on_the_host(text, problem):
+    with pytest.raises(LabError, match=problem):
+        options.pmtest_tree(text)
+
+
+def test_the_pmtest_tree_reaches_the_guest_command_line_and_every_shard():
+    assert options.pmtest_tree_cmdline((1, 1)) == "pmtest.depth=1 pmtest.fanout=1"
+    assert options.pmtest_tree_cmdline(None) == ""
+    parser = argparse.ArgumentParser()
+    options.add_guest(parser)
+    args = parser.parse_args(["--pmtest-tree", "1x1", "--profile", "pc-seabios"])
+    assert options.guest_argv(args) == ["--profile", "pc-seabios", "--pmtest-tree", "1x1"]
+
+
+def test_run_refuses_a_bad_pmtest_tree_before_any_guest(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli.main", "run", "--mode", "mem", "--pmtest-tree", "9x9",
+                           "--results", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "bad --pmtest-tree '9x9'" in done.stderr

@@ -67,3 +67,28 @@ def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
         assert after["guest"] != hung["guest"]
     finally:
         session.close()
+
+
+TREE_CYCLE = 9011
+
+
+def test_a_small_pmtest_tree_boots_and_is_judged_whole(lab_run):
+    """--pmtest-tree 1x1 (a fast soak's guest): the guest boots pmtest with
+    two devices a tree and three async, every cycle's record says so, and the
+    oracle still judges every device's callbacks."""
+    from lab.session import Session
+    from lab.records import callbacks
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], "pc-seabios",
+                      lab_run["watchdogs"], lab_run["worker"] + "-tree", connection=lab_run["connection"],
+                      pmtest_tree=(1, 1))
+    try:
+        record = session.cycle(modes.parse_mode("mem"), TREE_CYCLE)
+    finally:
+        session.close()
+    assert record["verdict"] == "pass", _explain(record)
+    assert record["pmtest_tree"] == [1, 1] and "pmtest.depth=1 pmtest.fanout=1" in session.cmdline_extra
+    devices = callbacks(record)
+    for driver, count in (("pmtest_full", 2), ("pmtest_compat", 2), ("pmtest_legacy", 2), ("pmtest_async", 3)):
+        named = sorted(d for d in devices if d.endswith(f"({driver})"))
+        assert len(named) == count, f"{driver}: {named}"
+    assert record["ordering_violations"] == [] and record["ordering_checked"]["pmtest_log"] > 0
