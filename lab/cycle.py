@@ -291,6 +291,19 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     return result
 
 
+def judge_reply(mode, reply, events, evidence, timeline, token, boot_id):
+    """judge_with_order on the guest's reply (None: booted afresh). Should
+    the judge itself fail (a bug of ours, e.g. on a report it cannot read),
+    the cycle is an `error` naming the exception, so it is still recorded
+    and, not having passed, keeps its report (keep_evidence)."""
+    try:
+        return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
+                                events, evidence, timeline, token, boot_id)
+    except Exception as error:
+        return {"verdict": "error", "phase": "lab",
+                "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}
+
+
 def _proof(mode, steps, token, boot_id, counts, before, after, result):
     """Fill result["proof"]; return the list of what is missing."""
     proof = result["proof"]
@@ -419,8 +432,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, 
     elif "verdict" not in record:
         if reply is not None:
             record["report_status"] = reply.status
-        record.update(judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
-                                       events, evidence, cycle.timeline, cycle.token, guest.boot_id))
+        record.update(judge_reply(mode, reply, events, evidence, cycle.timeline, cycle.token, guest.boot_id))
         if record["verdict"] == "error" or not guest.running() or reply is None:
             record["guest_usable"] = False
         if reply is not None and (sleepgraph_files or record["verdict"] != "pass"):
