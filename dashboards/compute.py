@@ -47,7 +47,7 @@ import statistics
 import sys
 
 from dashboards import buckets, inputs as inputs_module
-from lab import records
+from lab import files, records
 from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
 
 SCHEMA = "pmlab-dashboard/1"
@@ -516,16 +516,10 @@ def read_part_cached(cycles_file, manifest):
             "entries": [[run_id, number, _cached_cycle(cycle), rank]
                         for (run_id, number), (cycle, rank, _) in part.entries.items()],
             "latency": _counts_to_json(part.latency)}
-    temporary = f"{path}.{os.getpid()}"
     try:
-        with open(temporary, "w") as out:
-            json.dump(data, out, separators=(",", ":"))
-        os.replace(temporary, path)
+        files.write_json(path, data, sort_keys=False, compact=True)
     except (OSError, ValueError):
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+        pass  # a cache: the next compute reads the records again
     return part
 
 
@@ -574,10 +568,7 @@ def main(argv=None):
         print(f"{where}: {error['message']}", file=sys.stderr)
     text = dumps(dashboard)
     if args.output:
-        temporary = f"{args.output}.{os.getpid()}"
-        with open(temporary, "w") as out:
-            out.write(text)
-        os.replace(temporary, args.output)
+        files.write_atomically(args.output, text)
         print(f"dashboard: {dashboard['inputs']['cycles']} cycles from {dashboard['inputs']['runs']} runs, "
               f"{len(dashboard['input_errors'])} input errors -> {args.output}", file=sys.stderr)
     else:

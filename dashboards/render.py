@@ -27,6 +27,8 @@ import shutil
 import sys
 import urllib.parse
 
+from lab import files
+
 PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "page")
 CHARTJS = "/usr/share/javascript/chart.js/chart.min.js"
 PLACEHOLDER = "<!--PMLAB-DASHBOARD-DATA-->"
@@ -68,10 +70,7 @@ def render(dashboard_path, chartjs=CHARTJS, html_name="dashboard.html", timeline
     for name in ASSETS:
         shutil.copyfile(os.path.join(PAGE, name), os.path.join(out_dir, name))
     html_path = os.path.join(out_dir, html_name)
-    temporary = f"{html_path}.{os.getpid()}"
-    with open(temporary, "w") as out:
-        out.write(page)
-    os.replace(temporary, html_path)
+    files.write_atomically(html_path, page)
     return html_path
 
 

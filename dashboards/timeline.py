@@ -25,7 +25,7 @@ import re
 import sys
 
 from dashboards import render
-from lab import guest_report, pmtest_log, records, trace
+from lab import files, guest_report, pmtest_log, records, trace
 from lab.oracle import observe
 
 SCHEMA = "pmlab-timeline/1"
@@ -306,10 +306,7 @@ def write_cycle(run_dir, record, out_dir=None):
     out_dir = out_dir or os.path.join(run_dir, DIRECTORY)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, page_name(record["cycle"]))
-    temporary = f"{path}.{os.getpid()}"
-    with open(temporary, "w") as out:
-        out.write(page(data))
-    os.replace(temporary, path)
+    files.write_atomically(path, page(data))
     return path
 
 

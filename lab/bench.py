@@ -45,6 +45,7 @@ import tempfile
 import time
 
 from lab import artifacts as artifacts_mod
+from lab import files
 from lab import modes, options, virt
 from lab.guest import BASE_CMDLINE
 from lab.qmp import QMP
@@ -221,12 +222,7 @@ def summarize(raw_times, harness_times, run_dir, seconds, stock_times=None, prof
 
 
 def write_result(results, result):
-    path = os.path.join(results, RESULT_FILE)
-    temporary = f"{path}.{os.getpid()}"
-    with open(temporary, "w") as out:
-        json.dump(result, out, indent=2, sort_keys=True)
-        out.write("\n")
-    os.replace(temporary, path)
+    files.write_json(os.path.join(results, RESULT_FILE), result)
 
 
 def read_result(results):

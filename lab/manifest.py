@@ -17,6 +17,8 @@ import platform
 import re
 import subprocess
 
+from lab import files
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "pmlab-run-manifest/1"
 KERNEL_FIELDS = ("variant", "tree", "tree_version", "kernelrelease", "series_hash", "config_hash", "compiler")
@@ -147,10 +149,5 @@ def collect(artifacts_dir=None, run_id=None, shard=None, repo=REPO):
 def write_manifest(run_dir, artifacts_dir=None, shard=None, run_id=None):
     """Write <run_dir>/manifest.json atomically; return the manifest."""
     manifest = collect(artifacts_dir, run_id or os.path.basename(os.path.normpath(run_dir)), shard)
-    path = os.path.join(run_dir, "manifest.json")
-    temporary = f"{path}.{os.getpid()}"
-    with open(temporary, "w") as out:
-        json.dump(manifest, out, indent=2, sort_keys=True)
-        out.write("\n")
-    os.replace(temporary, path)
+    files.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     return manifest

@@ -49,6 +49,7 @@ import statistics
 import time
 import zlib
 
+from lab import files
 from lab.trace import split_device_id
 
 VERDICTS = ("pass", "fail", "hang", "error")
@@ -148,17 +149,9 @@ class RunDir:
         summary = summarize(read_cycles(self.cycles_path))
         summary["run_id"] = self.run_id
         summary.update(extra or {})
-        temporary = self.summary_path + f".{os.getpid()}"
         try:
-            with open(temporary, "w") as out:
-                json.dump(summary, out, indent=2)
-                out.write("\n")
-            os.replace(temporary, self.summary_path)
+            files.write_json(self.summary_path, summary, sort_keys=False)
         except OSError as error:  # the old summary.json, if any, stays whole
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
             raise results_write_error(self.summary_path, error) from None
         return summary
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from lab import files
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"  # the Debian interpreter (libvirt, pytest, jinja2)
 # One kernel build at a time on this machine: kernel/build takes that lock
@@ -91,11 +93,7 @@ def read_json(path, default=None):
 
 
 def write_json(path, data):
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w") as out:
-        json.dump(data, out, indent=2, sort_keys=True)
-        out.write("\n")
-    os.replace(temporary, path)
+    files.write_json(path, data)
 
 
 def read_records(run_dir):

@@ -17,6 +17,8 @@ import xml.etree.ElementTree as ET
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import files  # noqa: E402
+
 MAX_OUT = 20000
 
 
@@ -82,9 +84,7 @@ def build(records, run_id):
 def write(records, run_id, path):
     tree = build(records, run_id)
     ET.indent(tree)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    tree.write(temporary, encoding="utf-8", xml_declaration=True)
-    os.replace(temporary, path)
+    files.write_atomically(path, ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n")
     return tree
 
 
