@@ -18,7 +18,6 @@ skipped; the run directory's records are only read.
 
 import argparse
 import base64
-import gzip
 import hashlib
 import os
 import re
@@ -284,22 +283,13 @@ def page(data):
     return re.sub(r"<!--PMLAB-([A-Z]+)-->", lambda match: values[match[1]], template)
 
 
-def read_report(run_dir, relative):
-    """A cycle's guest report text (as lab/rejudge.py reads it; that module
-    needs libvirt, which a dashboard host may lack)."""
-    path = os.path.join(run_dir, relative)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", errors="replace") as source:
-        return source.read()
-
-
 def write_cycle(run_dir, record, out_dir=None):
     """Draw one cycle's page into out_dir (default RUN_DIR/timelines);
     return its path. TimelineError when the cycle cannot be drawn."""
     if not record.get("report"):
         raise TimelineError("no guest report (the host's watch decided this cycle)")
     try:
-        text = read_report(run_dir, record["report"])
+        text = records.read_report(run_dir, record["report"])
     except (OSError, EOFError, ValueError) as error:
         raise TimelineError(f"report {record['report']} unreadable: {error}") from None
     data = model(record, text)

@@ -282,6 +282,15 @@ def report_path(number):
     return f"reports/cycle{number}.txt.gz"
 
 
+def read_report(run_dir, relative):
+    """The text of a kept guest report, `relative` as a record's "report"
+    names it (RunDir.write_file wrote it, gzip-compressed or plain)."""
+    path = os.path.join(run_dir, relative)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", errors="replace") as source:
+        return source.read()
+
+
 def hang_dump_path(number, guest):
     return f"hang-cycle{number}-{guest}.txt"
 

@@ -12,13 +12,12 @@ Nothing in the run directory is changed. A cycle whose report cannot be
 read counts as a difference: the run could not be checked.
 """
 
-import gzip
 import os
 from dataclasses import dataclass
 
 from lab import modes
 from lab.cycle import judge_with_order
-from lab.records import cycles_path, read_cycles
+from lab.records import cycles_path, read_cycles, read_report
 from lab.virt import LabError
 
 
@@ -39,13 +38,6 @@ class Rejudged:
     def differs(self):
         """Counts against the run: a changed verdict, or a report that could not be judged."""
         return self.changed or self.unreadable
-
-
-def read_report(run_dir, relative):
-    path = os.path.join(run_dir, relative)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", errors="replace") as source:
-        return source.read()
 
 
 def rejudge_record(run_dir, record):

@@ -24,7 +24,6 @@ Exit: 0 every page drawn, 1 some cycle could not be drawn, 2 bad input
 """
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -33,7 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import sleepgraph  # noqa: E402
-from lab.records import RunDir, cycles_path, read_cycles, sleepgraph_paths  # noqa: E402
+from lab.records import RunDir, cycles_path, read_cycles, read_report, sleepgraph_paths  # noqa: E402
 
 PROG = "sleepgraph"
 DEFAULT_SAMPLE = 5
@@ -58,8 +57,7 @@ def sleepgraph_files(run_dir, record):
     relative = sleepgraph_paths(record["cycle"])
     ftrace, dmesg = record.get("sleepgraph_ftrace", relative[0]), record.get("sleepgraph_dmesg", relative[1])
     if not (os.path.isfile(os.path.join(run_dir, ftrace)) and os.path.isfile(os.path.join(run_dir, dmesg))):
-        with gzip.open(os.path.join(run_dir, record["report"]), "rt", errors="replace") as text:
-            report = text.read()
+        report = read_report(run_dir, record["report"])
         rundir = RunDir(os.path.dirname(run_dir), os.path.basename(run_dir), link_latest=False)
         written = sleepgraph.write_files(rundir, record, report)
         ftrace, dmesg = written["sleepgraph_ftrace"], written["sleepgraph_dmesg"]
