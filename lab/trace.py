@@ -101,8 +101,8 @@ def phases_reached(events):
 def device_id(driver, name):
     """A device's identity: its name and its driver/bus string, "name (driver)".
     Names alone are not unique: an ACPI companion and its device share one
-    (PNP0A06:01 on acpi and on container). The same form as
-    lab/oracle/observe.py's."""
+    (PNP0A06:01 on acpi and on container). The oracle's trace calls use it
+    too (lab/oracle/observe.py)."""
     driver = driver.strip()
     return f"{name} ({driver})" if driver else name
 

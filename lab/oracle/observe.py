@@ -106,14 +106,10 @@ def tree_from_trace(trace_parents):
     return {device_name(device): parent for device, parent in trace_parents.items()}
 
 
-def _trace_identity(driver, name):
-    return f"{name} ({driver.strip()})" if driver.strip() else name
-
-
 def device_name(device):
     """The kernel's device name of a Call.device (trace identities carry the
-    driver in parentheses)."""
-    return device.split(" (", 1)[0]
+    driver in parentheses: lab.trace.device_id)."""
+    return trace_mod.split_device_id(device)[0]
 
 
 def from_trace(text):
@@ -145,7 +141,7 @@ def from_trace(text):
                 continue
             # Names are not unique (an ACPI companion shares its device's
             # name), so a device is its name and its driver/bus string.
-            device = _trace_identity(match["driver"], match["device"])
+            device = trace_mod.device_id(match["driver"], match["device"])
             if match["parent"] != "none":
                 parents[device] = match["parent"]
             driver = match["driver"].strip()
@@ -158,7 +154,7 @@ def from_trace(text):
             open_calls.setdefault(device, []).append(call)
         elif event.name == "device_pm_callback_end":
             match = trace_mod.CALLBACK_END.match(event.body)
-            device = match and _trace_identity(match["driver"], match["device"])
+            device = match and trace_mod.device_id(match["driver"], match["device"])
             if match and open_calls.get(device):
                 call = open_calls[device].pop()
                 call.ret = int(match["err"])
