@@ -4,6 +4,7 @@
 kconfig silently drops options whose dependencies are not met; a guest built
 from such a config boots without the feature the fragment asked for.
 """
+import os
 import re
 import sys
 
@@ -37,9 +38,38 @@ def dropped(fragment_lines, config_lines):
     return lost
 
 
+KCONFIG_SYMBOL = re.compile(r'^\s*(?:menu)?config\s+([A-Za-z0-9_]+)\s*$', re.MULTILINE)
+
+
+def tree_symbols(tree):
+    """Every symbol a kernel tree's Kconfig files define."""
+    symbols = set()
+    for directory, dirs, names in os.walk(tree):
+        dirs[:] = [d for d in dirs if not d.startswith('.')]
+        for name in names:
+            if name.startswith('Kconfig'):
+                with open(os.path.join(directory, name), errors='replace') as source:
+                    symbols.update(KCONFIG_SYMBOL.findall(source.read()))
+    return symbols
+
+
+def unknown(fragment_lines, symbols):
+    """(option, fragment line) for every option the fragment sets that the
+    tree does not define (an unset one it lacks is unset anyway)."""
+    return [(option, number) for option, (value, number) in parse(fragment_lines).items()
+            if value != 'n' and option[len('CONFIG_'):] not in symbols]
+
+
 def main(argv):
+    if len(argv) == 4 and argv[1] == '--symbols':
+        with open(argv[2]) as fragment:
+            missing = unknown(fragment.readlines(), tree_symbols(argv[3]))
+        for option, number in missing:
+            print(f'{argv[2]}:{number}: {option}: no such option in {argv[3]} '
+                  f'(no "config {option[len("CONFIG_"):]}" in any Kconfig file)', file=sys.stderr)
+        return 1 if missing else 0
     if len(argv) != 3:
-        print('usage: check_config.py FRAGMENT DOTCONFIG', file=sys.stderr)
+        print('usage: check_config.py FRAGMENT DOTCONFIG | --symbols FRAGMENT TREE', file=sys.stderr)
         return 2
     with open(argv[1]) as fragment, open(argv[2]) as config:
         lost = dropped(fragment.readlines(), config.readlines())

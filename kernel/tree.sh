@@ -6,6 +6,15 @@ SERIES_DIR=${PMLAB_SERIES_DIR:-$repo/kernel/patches}
 
 die() { echo "${0##*/}: $*" >&2; exit 1; }
 
+# tree_name: what the series applies to, for messages and the manifest.
+tree_name() {
+	if [ -n "${SOURCE_GIT:-}" ]; then
+		echo "$(basename "$SOURCE_GIT")@$(printf %.12s "$SOURCE_COMMIT")"
+	else
+		basename "$TARBALL"
+	fi
+}
+
 # build_lock: one kernel build at a time on this machine (2 cores); a second
 # one waits here instead of halving the speed of both.
 build_lock() {
@@ -18,35 +27,55 @@ build_lock() {
 
 git_src() { git -C "$SRC" -c user.name=pmlab -c user.email=pmlab@localhost "$@"; }
 
-# series_patches: the patch file names of the series, in order.
+# series_patches: the patch file names of the series, in order (none when
+# SERIES_DIR is empty: --series none).
 series_patches() {
+	[ -n "$SERIES_DIR" ] || return 0
 	[ -r "$SERIES_DIR/series" ] || die "$SERIES_DIR/series missing"
 	grep -v -e '^#' -e '^[[:space:]]*$' "$SERIES_DIR/series"
 }
 
 # series_hash: a short hash of the series file and every patch it names.
 series_hash() {
+	[ -n "$SERIES_DIR" ] || { echo none; return 0; }
 	(cd "$SERIES_DIR" && series_patches | xargs cat series | sha256sum | cut -c1-16)
 }
 
-# ensure_tree: extract the tarball into $SRC once, as a git repository whose
-# tag "pristine" is the tree as Debian ships it.
+# ensure_tree: extract the source into $SRC once, as a git repository whose
+# tag "pristine" is the tree as shipped: $TARBALL (Debian's linux-source or a
+# user's tarball, one top directory), or commit $SOURCE_COMMIT of the git tree
+# $SOURCE_GIT (lab/kernels.py resolves --kernel SPEC into these).
 ensure_tree() {
-	[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install linux-source-6.1 (or run lab/install-deps)"
 	command -v git >/dev/null || die "git missing: apt-get install git"
-	stamp=$(stat -c '%s-%Y' "$TARBALL")
+	if [ -n "${SOURCE_GIT:-}" ]; then
+		what="$SOURCE_GIT at $SOURCE_COMMIT"
+		stamp=$SOURCE_COMMIT
+	else
+		[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install $(basename "$TARBALL" .tar.xz) (or run lab/install-deps)"
+		what=$TARBALL
+		stamp=$(stat -c '%s-%Y' "$TARBALL")
+	fi
 	if git_src rev-parse -q --verify refs/tags/pristine >/dev/null 2>&1 &&
 	   [ "$(cat "$(dirname "$SRC")/.tarball" 2>/dev/null)" = "$stamp" ]; then
 		return 0
 	fi
-	echo "${0##*/}: extracting $TARBALL into $SRC" >&2
+	echo "${0##*/}: extracting $what into $SRC" >&2
 	rm -rf "$SRC" "$SRC.tmp" && mkdir -p "$SRC.tmp"
-	tar -xJf "$TARBALL" -C "$SRC.tmp"
-	mv "$SRC.tmp"/linux-source-* "$SRC" && rmdir "$SRC.tmp"
+	if [ -n "${SOURCE_GIT:-}" ]; then
+		mkdir "$SRC.tmp/tree"
+		git -C "$SOURCE_GIT" archive "$SOURCE_COMMIT" | tar -x -C "$SRC.tmp/tree" ||
+			die "git archive of $what failed"
+	else
+		tar -xf "$TARBALL" -C "$SRC.tmp" || die "$TARBALL: tar could not extract it"
+	fi
+	set -- "$SRC.tmp"/*
+	[ $# -eq 1 ] && [ -d "$1" ] && [ -f "$1/Makefile" ] ||
+		die "$what: expected one top directory holding a kernel Makefile"
+	mv "$1" "$SRC" && rmdir "$SRC.tmp"
 	git_src init -q
 	# Debian's .gitignore ignores the whole top level: add everything forcibly.
 	git_src add -f -A . >/dev/null
-	git_src commit -q -m "$(basename "$TARBALL") as extracted"
+	git_src commit -q -m "$(basename "$what") as extracted"
 	git_src tag pristine
 	echo "$stamp" >"$(dirname "$SRC")/.tarball"
 }
@@ -67,7 +96,7 @@ checkout_series() {
 		if ! out=$(GIT_INDEX_FILE=$index git_src apply --cached "$SERIES_DIR/$patch" 2>&1); then
 			rm -f "$index"
 			echo "$out" | sed 's/^/  /' >&2
-			die "patch $patch does not apply to $(basename "$TARBALL") (git's report above names the file)"
+			die "patch $patch does not apply to $(tree_name) (git's report above names the file)"
 		fi
 	done
 	tree=$(GIT_INDEX_FILE=$index git_src write-tree)

@@ -264,8 +264,7 @@ def main(argv=None):
     try:
         args.pmtest_tree = options.pmtest_tree(args.pmtest_tree)
         cycles = bench_cycles(args.mode, args.cycles)
-        found = artifacts_mod.find(artifacts_mod.BASELINE_DIR if args.baseline
-                                   else args.artifacts or artifacts_mod.DEFAULT_DIR)
+        found = artifacts_mod.find(options.artifacts_dir(args))
         if not shutil.which("qemu-system-x86_64"):
             raise virt.LabError("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
         virt.Connection(args.uri).close()

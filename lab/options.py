@@ -43,11 +43,38 @@ def add_modes(parser, default_text, cycles=True, wake=True):
 
 
 def add_kernel(parser, artifacts_default=None):
-    """--artifacts DIR and --baseline (the unpatched kernel: build/baseline/out)."""
+    """Which kernel's artifacts: --artifacts DIR, --baseline (the unpatched
+    kernel: build/baseline/out), or --kernel SPEC [--series DIR|none] (the
+    artifacts kernel/build --kernel SPEC wrote; lab/kernels.py). Read them
+    with artifacts_dir()."""
     parser.add_argument("--artifacts", default=artifacts_default, metavar="DIR",
                         help="kernel artifact directory (default build/out)")
     parser.add_argument("--baseline", action="store_true",
                         help="use the unpatched baseline kernel, build/baseline/out (kernel/build --baseline)")
+    parser.add_argument("--kernel", metavar="SPEC",
+                        help="linux-source-6.1 (default), linux-source-6.12, a tarball or a git tree DIR[@REF]: "
+                             "its build directory's artifacts (./pmlab run and test build it first)")
+    parser.add_argument("--series", metavar="DIR|none",
+                        help="with --kernel: the patch series applied (default: the bundled one for that kernel)")
+
+
+def artifacts_dir(args, default=None):
+    """The artifact directory the add_kernel options name (LabError for a
+    bad --kernel/--series, or a mix that names two kernels)."""
+    from lab import artifacts as artifacts_mod
+    from lab import kernels
+    from lab.virt import LabError
+    spec, series = getattr(args, "kernel", None), getattr(args, "series", None)
+    if spec or series:
+        if args.baseline or (args.artifacts and args.artifacts != default):
+            raise LabError("--kernel/--series name a kernel: give them without --artifacts or --baseline")
+        try:
+            return kernels.resolve(spec, series).artifacts
+        except kernels.KernelSpecError as error:
+            raise LabError(str(error)) from None
+    if args.baseline:
+        return artifacts_mod.BASELINE_DIR
+    return args.artifacts or default or artifacts_mod.DEFAULT_DIR
 
 
 def add_guest(parser, defaults=None):

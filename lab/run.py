@@ -65,7 +65,7 @@ def setup(args):
     watchdogs = watchdogs_from(args.watchdog)
     injections = parse_injections(args.inject)
     args.pmtest_tree = options.pmtest_tree(args.pmtest_tree)
-    directory = artifacts_mod.BASELINE_DIR if args.baseline else (args.artifacts or artifacts_mod.DEFAULT_DIR)
+    directory = options.artifacts_dir(args)
     found = artifacts_mod.find(directory)
     if injections and not found.modules:
         raise virt.LabError(f"--inject needs the pmtest modules, but {directory}/modules has none")

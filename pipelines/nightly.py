@@ -74,7 +74,14 @@ def parse_args(argv):
     options.add_guest(lab)
     options.add_keep(lab, "failures")
     options.add_inject(lab, "that cycle of the plan (its number in the whole run, any shard)")
-    return parser, parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.kernel or args.series:  # one directory for lab.run, the LAVA jobs and the manifest
+        try:
+            args.artifacts = options.artifacts_dir(args)
+        except Exception as error:  # lab.virt.LabError
+            parser.error(str(error))
+        args.kernel = args.series = None
+    return parser, args
 
 
 def inject_options(items, numbers):

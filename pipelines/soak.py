@@ -72,8 +72,11 @@ def parse_args(argv):
     options.add_inject(parser, "that cycle of the soak's plan (passed to the nightly shard that runs it)")
     options.add_keep(parser, "failures")
     args = parser.parse_args(argv)
-    if args.baseline:
-        args.artifacts = os.path.join(REPO, "build", "baseline", "out")
+    try:
+        args.artifacts = options.artifacts_dir(args, default=parser.get_default("artifacts"))
+    except LabError as error:
+        parser.error(str(error))
+    args.baseline = False  # now named by args.artifacts
     return args
 
 

@@ -1,0 +1,153 @@
+"""--kernel SPEC and --series (lab/kernels.py, kernel/build, kernel/tree.sh):
+every bad input is named before anything is compiled, and each kernel gets a
+build directory of its own. The trees here are small real git trees; the
+bad-input runs of kernel/build go as far as the first check that must stop
+them (the ref, the series, the config fragment) and never reach the compiler."""
+
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+from conftest import REPO
+from lab import kernels, options
+from lab.virt import LabError
+
+
+def _git(tree, *args):
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A git tree with two commits that look like a kernel's top level, and a
+    third without a Makefile."""
+    path = tmp_path / "linux"
+    path.mkdir()
+    _git(path, "init", "-q")
+    (path / "Makefile").write_text("VERSION = 6\nPATCHLEVEL = 1\n")
+    (path / "Kconfig").write_text("config PM\n\tbool\n")
+    _git(path, "add", ".")
+    _git(path, "commit", "-qm", "one")
+    _git(path, "tag", "good")
+    (path / "driver.c").write_text("int x;\n")
+    _git(path, "add", ".")
+    _git(path, "commit", "-qm", "two")
+    _git(path, "tag", "bad")
+    _git(path, "rm", "-q", "Makefile")
+    _git(path, "commit", "-qm", "no makefile")
+    _git(path, "tag", "broken")
+    return path
+
+
+def test_the_default_kernel_keeps_build_and_its_series():
+    kernel = kernels.resolve(build_env="")
+    assert kernel.spec == "linux-source-6.1" and kernel.key == ""
+    assert kernel.build == os.path.join(REPO, "build") and kernel.artifacts == os.path.join(REPO, "build", "out")
+    assert kernel.series == os.path.join(REPO, "kernel", "patches")
+    assert kernels.resolve("linux-source-6.1", "none").key == "linux-source-6.1-noseries"
+    assert kernels.resolve("linux-source-6.1", "none").build.endswith("build/kernels/linux-source-6.1-noseries")
+
+
+def test_a_git_tree_is_keyed_by_its_commit_so_switching_back_is_incremental(tree):
+    good, bad = kernels.resolve(f"{tree}@good"), kernels.resolve(f"{tree}@bad")
+    assert good.kind == "git" and good.series == ""  # a user's tree: no series unless asked
+    assert good.key != bad.key and good.key.startswith("git-linux-")
+    assert kernels.resolve(f"{tree}@{good.commit}").build == good.build
+    _git(tree, "checkout", "-q", "bad")
+    assert kernels.resolve(str(tree)).commit == bad.commit  # no @REF: HEAD
+
+
+def test_a_series_is_part_of_the_key(tree, tmp_path):
+    series = tmp_path / "series-dir"
+    series.mkdir()
+    (series / "series").write_text("0001-x.patch\n")
+    (series / "0001-x.patch").write_text("one\n")
+    first = kernels.resolve(f"{tree}@good", str(series))
+    (series / "0001-x.patch").write_text("two\n")
+    second = kernels.resolve(f"{tree}@good", str(series))
+    assert first.series == str(series) and first.key != second.key != kernels.resolve(f"{tree}@good").key
+
+
+def test_a_tarball_spec(tmp_path, tree):
+    tarball = tmp_path / "linux-9.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as out:
+        out.add(tree / "Kconfig", arcname="linux-9.0/Kconfig")
+    kernel = kernels.resolve(str(tarball))
+    assert kernel.kind == "tarball" and kernel.key.startswith("tar-linux-9.0-") and kernel.series == ""
+
+
+@pytest.mark.parametrize("spec, series, message", [
+    ("linux-source-9.9", None, "/usr/src/linux-source-9.9.tar.xz missing (apt-get install linux-source-9.9)"),
+    ("linux-9.9", None, "unknown kernel spec 'linux-9.9'"),
+    ("/no/such/tree@v6.12", None, "/no/such/tree does not exist"),
+    ("{tmp}", None, "is a directory but not a git tree"),
+    ("{tree}@v9.9", None, "ref 'v9.9' does not exist in"),
+    ("{tree}@broken", None, "has no top-level Makefile: not a kernel tree"),
+    ("{tree}@good", "{tmp}", "--series {tmp}: no 'series' file"),
+    ("/no/such.tar.xz", None, "no such tarball"),
+])
+def test_bad_specs_are_named(tree, tmp_path, spec, series, message):
+    fill = {"tree": tree, "tmp": tmp_path}
+    with pytest.raises(kernels.KernelSpecError, match=None) as caught:
+        kernels.resolve(spec.format(**fill), series and series.format(**fill))
+    assert message.format(**fill) in str(caught.value)
+
+
+def test_the_options_name_one_kernel():
+    parser = __import__("argparse").ArgumentParser()
+    options.add_kernel(parser)
+    args = parser.parse_args(["--kernel", "linux-source-6.1", "--series", "none"])
+    assert options.artifacts_dir(args).endswith("build/kernels/linux-source-6.1-noseries/out")
+    with pytest.raises(LabError, match="without --artifacts or --baseline"):
+        options.artifacts_dir(parser.parse_args(["--kernel", "linux-source-6.1", "--baseline"]))
+    with pytest.raises(LabError, match="unknown kernel spec"):
+        options.artifacts_dir(parser.parse_args(["--kernel", "v6.12"]))
+
+
+def _kernel_build(*args, tmp_path):
+    """kernel/build with a lock of its own: these runs never compile, so they
+    need not wait for a real build."""
+    env = dict(os.environ, PMLAB_BUILD_LOCK=str(tmp_path / "lock"))
+    env.pop("PMLAB_BUILD", None)
+    return subprocess.run([os.path.join(REPO, "kernel", "build"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_kernel_build_refuses_a_missing_ref_before_extracting_anything(tree, tmp_path):
+    done = _kernel_build("--kernel", f"{tree}@v9.9", tmp_path=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"ref 'v9.9' does not exist in {tree}" in done.stderr
+    assert not any(name.startswith("git-linux-") for name in os.listdir(os.path.join(REPO, "build", "kernels"))) \
+        if os.path.isdir(os.path.join(REPO, "build", "kernels")) else True
+
+
+def test_kernel_build_names_the_patch_that_does_not_apply_and_compiles_nothing(tree, tmp_path):
+    kernel = kernels.resolve(f"{tree}@good", os.path.join(REPO, "kernel", "patches"))
+    try:
+        done = _kernel_build("--kernel", f"{tree}@good", "--series", os.path.join(REPO, "kernel", "patches"),
+                             tmp_path=tmp_path)
+        assert done.returncode == 1, done.stderr
+        first = next(line for line in open(os.path.join(REPO, "kernel", "patches", "series")).read().split("\n")
+                     if line.strip() and not line.startswith("#"))
+        assert f"patch {first} does not apply to linux@{kernel.commit[:12]}" in done.stderr
+        assert not os.path.exists(os.path.join(kernel.build, "out", "bzImage"))
+        assert not os.listdir(os.path.join(kernel.build, "kernel"))  # no object was built
+    finally:
+        subprocess.run(["rm", "-rf", kernel.build])
+
+
+def test_kernel_build_names_fragment_options_the_tree_lacks_and_compiles_nothing(tree, tmp_path):
+    kernel = kernels.resolve(f"{tree}@good", "none")
+    try:
+        done = _kernel_build("--kernel", f"{tree}@good", "--series", "none", tmp_path=tmp_path)
+        assert done.returncode == 1, done.stderr
+        # the tree's one Kconfig defines PM only: every other option is named with its fragment line
+        assert "CONFIG_PM: no such option" not in done.stderr
+        assert "pmlab.config:4: CONFIG_64BIT: no such option in" in done.stderr
+        assert "nothing was compiled" in done.stderr
+        assert not os.listdir(os.path.join(kernel.build, "kernel"))
+    finally:
+        subprocess.run(["rm", "-rf", kernel.build])
