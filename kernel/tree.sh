@@ -41,41 +41,44 @@ series_hash() {
 	(cd "$SERIES_DIR" && series_patches | xargs cat series | sha256sum | cut -c1-16)
 }
 
-# ensure_tree: extract the source into $SRC once, as a git repository whose
-# tag "pristine" is the tree as shipped: $TARBALL (Debian's linux-source or a
-# user's tarball, one top directory), or commit $SOURCE_COMMIT of the git tree
-# $SOURCE_GIT (lab/kernels.py resolves --kernel SPEC into these).
+# ensure_tree: make $SRC the source tree as a git repository whose tag
+# "pristine" is the tree as shipped: $TARBALL (Debian's linux-source or a
+# user's tarball, one top directory) extracted once, or commit
+# $SOURCE_COMMIT of the git tree $SOURCE_GIT, cloned (--shared) once and
+# moved between commits by checkout, so that a bisection builds
+# incrementally (lab/kernels.py resolves --kernel SPEC into these).
 ensure_tree() {
 	command -v git >/dev/null || die "git missing: apt-get install git"
 	if [ -n "${SOURCE_GIT:-}" ]; then
-		what="$SOURCE_GIT at $SOURCE_COMMIT"
-		stamp=$SOURCE_COMMIT
-	else
-		[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install $(basename "$TARBALL" .tar.xz) (or run lab/install-deps)"
-		what=$TARBALL
-		stamp=$(stat -c '%s-%Y' "$TARBALL")
+		stamp="git $SOURCE_GIT"
+		if [ "$(cat "$(dirname "$SRC")/.tarball" 2>/dev/null)" != "$stamp" ]; then
+			echo "${0##*/}: cloning $SOURCE_GIT into $SRC" >&2
+			rm -rf "$SRC"
+			git clone -q --shared "$SOURCE_GIT" "$SRC" || die "git clone of $SOURCE_GIT failed"
+			echo "$stamp" >"$(dirname "$SRC")/.tarball"
+		fi
+		git_src cat-file -e "$SOURCE_COMMIT^{commit}" 2>/dev/null ||
+			git_src fetch -q "$SOURCE_GIT" "$SOURCE_COMMIT" || die "commit $SOURCE_COMMIT not found in $SOURCE_GIT"
+		git_src tag -f pristine "$SOURCE_COMMIT" >/dev/null
+		return 0
 	fi
+	[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install $(basename "$TARBALL" .tar.xz) (or run lab/install-deps)"
+	stamp=$(stat -c '%s-%Y' "$TARBALL")
 	if git_src rev-parse -q --verify refs/tags/pristine >/dev/null 2>&1 &&
 	   [ "$(cat "$(dirname "$SRC")/.tarball" 2>/dev/null)" = "$stamp" ]; then
 		return 0
 	fi
-	echo "${0##*/}: extracting $what into $SRC" >&2
+	echo "${0##*/}: extracting $TARBALL into $SRC" >&2
 	rm -rf "$SRC" "$SRC.tmp" && mkdir -p "$SRC.tmp"
-	if [ -n "${SOURCE_GIT:-}" ]; then
-		mkdir "$SRC.tmp/tree"
-		git -C "$SOURCE_GIT" archive "$SOURCE_COMMIT" | tar -x -C "$SRC.tmp/tree" ||
-			die "git archive of $what failed"
-	else
-		tar -xf "$TARBALL" -C "$SRC.tmp" || die "$TARBALL: tar could not extract it"
-	fi
+	tar -xf "$TARBALL" -C "$SRC.tmp" || die "$TARBALL: tar could not extract it"
 	set -- "$SRC.tmp"/*
 	[ $# -eq 1 ] && [ -d "$1" ] && [ -f "$1/Makefile" ] ||
-		die "$what: expected one top directory holding a kernel Makefile"
+		die "$TARBALL: expected one top directory holding a kernel Makefile"
 	mv "$1" "$SRC" && rmdir "$SRC.tmp"
 	git_src init -q
 	# Debian's .gitignore ignores the whole top level: add everything forcibly.
 	git_src add -f -A . >/dev/null
-	git_src commit -q -m "$(basename "$what") as extracted"
+	git_src commit -q -m "$(basename "$TARBALL") as extracted"
 	git_src tag pristine
 	echo "$stamp" >"$(dirname "$SRC")/.tarball"
 }

@@ -14,6 +14,8 @@ tarball of the user's.
 Each resolved kernel has its own build directory, keyed by tree, ref and
 series: the default kernel keeps build/ (build/out, as always); any other one
 gets build/kernels/<key>/ so switching back and forth stays incremental.
+$PMLAB_BUILD overrides it for any kernel (a bisection builds every commit of
+a git tree in one directory: its clone moves between commits by checkout).
 
   python3 -m lab.kernels shell [--kernel SPEC] [--series DIR|none]
       prints shell assignments for kernel/build and lab/build-initramfs (like
@@ -102,10 +104,11 @@ def _series(series, default):
 def resolve(spec=None, series=None, repo=REPO, build_env=None):
     """The Kernel of SPEC (default linux-source-6.1) and --series; raises
     KernelSpecError naming what is wrong and where, before any build.
-    build_env: $PMLAB_BUILD's value (None: read it), which moves the default
-    kernel's build directory as kernel/build's does."""
+    build_env: $PMLAB_BUILD's value (None: read it), which moves any
+    kernel's build directory, as in kernel/build."""
     spec = spec or DEFAULT_SPEC
     builds = os.path.join(repo, "build", "kernels")
+    override = os.environ.get("PMLAB_BUILD") if build_env is None else build_env
     debian = DEBIAN.fullmatch(spec)
     if debian:
         tarball = f"/usr/src/{spec}.tar.xz"
@@ -117,11 +120,9 @@ def resolve(spec=None, series=None, repo=REPO, build_env=None):
                                   f"(kernel/patches/{debian[1]}/series): give --series DIR or --series none")
         directory, part = _series(series, bundled)
         if spec == DEFAULT_SPEC and not part:
-            build = (os.environ.get("PMLAB_BUILD") if build_env is None else build_env) or \
-                os.path.join(repo, "build")
-            return Kernel(spec, "debian", tarball, "", directory, build, "")
+            return Kernel(spec, "debian", tarball, "", directory, override or os.path.join(repo, "build"), "")
         key = spec + part
-        return Kernel(spec, "debian", tarball, "", directory, os.path.join(builds, key), key)
+        return Kernel(spec, "debian", tarball, "", directory, override or os.path.join(builds, key), key)
     if TARBALL.fullmatch(spec):
         tarball = os.path.abspath(spec)
         if not os.path.isfile(tarball):
@@ -131,7 +132,7 @@ def resolve(spec=None, series=None, repo=REPO, build_env=None):
         directory, part = _series(series, None)
         name = re.sub(r"[^A-Za-z0-9.+-]", "_", os.path.basename(tarball).split(".tar")[0].removesuffix(".tgz"))
         key = f"tar-{name}-{stamp}{part}"
-        return Kernel(spec, "tarball", tarball, "", directory, os.path.join(builds, key), key)
+        return Kernel(spec, "tarball", tarball, "", directory, override or os.path.join(builds, key), key)
     tree, _, ref = spec.partition("@")
     if os.path.isdir(tree):
         tree = os.path.abspath(tree)
@@ -148,7 +149,7 @@ def resolve(spec=None, series=None, repo=REPO, build_env=None):
         directory, part = _series(series, None)
         name = re.sub(r"[^A-Za-z0-9.+-]", "_", os.path.basename(tree))
         key = f"git-{name}-{commit[:12]}{part}"
-        return Kernel(spec, "git", tree, commit, directory, os.path.join(builds, key), key)
+        return Kernel(spec, "git", tree, commit, directory, override or os.path.join(builds, key), key)
     if "/" in tree or tree.startswith("."):
         raise KernelSpecError(f"kernel {spec}: {os.path.abspath(tree)} does not exist (a git tree DIR[@REF] "
                               "or a tarball was expected)")

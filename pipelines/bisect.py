@@ -1,9 +1,19 @@
-"""Find the first bad patch of the kernel patch series with `git bisect run`.
+"""Find the first bad patch of the kernel patch series, or the first bad
+commit of a kernel git tree, with `git bisect run`.
 
   ./pmlab bisect GOOD BAD [--check build|smoke] [--series-dir kernel/patches]
                  [--build-dir build/bisect] [--mode mem*2,freeze] [--keep]
   ./pmlab bisect GOOD BAD --check-cmd 'SHELL COMMAND'
+  ./pmlab bisect --kernel-tree DIR GOOD_REF BAD_REF [--series DIR|none] [--check ...]
   (or pipelines/bisect ...; the older --smoke mem=2,freeze=1 still works)
+
+With --kernel-tree, GOOD_REF and BAD_REF are commits (tags, branches) of a
+kernel git tree. A scratch clone of it (--shared: no copy of its objects; the
+user's tree and its HEAD are never touched) is bisected; each step builds the
+clone's commit with kernel/build --kernel CLONE@COMMIT [--series] in one
+build directory (the clone moves between commits by checkout, so steps build
+incrementally) and runs the same check. Printed: "first bad commit: SHA
+subject".
 
 GOOD and BAD are points of the series: 0 (no patch: the pristine tree), a
 patch number (3 or 0003: the series up to and including the 3rd patch) or a
@@ -107,20 +117,36 @@ def make_series_repo(series_dir, good, bad, repo):
 
 
 def step(args):
-    """One `git bisect run` step in the current directory (a series prefix)."""
-    series_dir = os.getcwd()
-    patches = series_patches(series_dir)
-    last = patches[-1] if patches else "(none)"
-    log(PROG, f"step: prefix of {len(patches)} patch(es), last {last}")
+    """One `git bisect run` step in the current directory: a series prefix,
+    or (--kernel-tree) a commit of the scratch clone."""
     started = time.monotonic()
-    if args.check_cmd:
-        code = subprocess.run(["sh", "-c", args.check_cmd], env=dict(os.environ, PMLAB_SERIES_DIR=series_dir)).returncode
-        log(PROG, f"step: --check-cmd exit {code} ({time.monotonic() - started:.1f} s)")
-        return code
     build_dir = os.path.abspath(args.build_dir)
-    seed_tree(build_dir)
-    env = {"PMLAB_SERIES_DIR": series_dir, "PMLAB_BUILD": build_dir}
-    code = run([os.path.join(REPO, "kernel", "build")], prefix="build", env=env)  # kernel/build takes the build lock
+    if args.kernel_tree:
+        commit = git(os.getcwd(), "rev-parse", "HEAD", capture=True).strip()
+        log(PROG, f"step: commit {commit[:12]} {git(os.getcwd(), 'log', '-1', '--format=%s', capture=True).strip()}")
+        env = {"PMLAB_SERIES_DIR": "", "PMLAB_BUILD": build_dir}
+        build = [os.path.join(REPO, "kernel", "build"), "--kernel", f"{os.getcwd()}@{commit}",
+                 "--series", args.series or "none"]
+        label = commit[:12]
+        if args.check_cmd:
+            code = subprocess.run(["sh", "-c", args.check_cmd]).returncode
+            log(PROG, f"step: --check-cmd exit {code} ({time.monotonic() - started:.1f} s)")
+            return code
+    else:
+        series_dir = os.getcwd()
+        patches = series_patches(series_dir)
+        last = patches[-1] if patches else "(none)"
+        log(PROG, f"step: prefix of {len(patches)} patch(es), last {last}")
+        if args.check_cmd:
+            code = subprocess.run(["sh", "-c", args.check_cmd],
+                                  env=dict(os.environ, PMLAB_SERIES_DIR=series_dir)).returncode
+            log(PROG, f"step: --check-cmd exit {code} ({time.monotonic() - started:.1f} s)")
+            return code
+        seed_tree(build_dir)
+        env = {"PMLAB_SERIES_DIR": series_dir, "PMLAB_BUILD": build_dir}
+        build = [os.path.join(REPO, "kernel", "build")]
+        label = str(len(patches))
+    code = run(build, prefix="build", env=env)  # kernel/build takes the build lock
     log(PROG, f"step: kernel/build exit {code} ({time.monotonic() - started:.1f} s)")
     if code:
         return 1
@@ -132,7 +158,7 @@ def step(args):
         log(PROG, f"step: lab/build-initramfs exit {code}: cannot test, skipping this commit")
         return 125
     argv = [PYTHON, "-m", "lab.run", "--artifacts", out, "--results", os.path.join(build_dir, "results"),
-            "--run-id", f"bisect-{len(patches)}-{int(time.time())}", "--cycles", "1"]
+            "--run-id", f"bisect-{label}-{int(time.time())}", "--cycles", "1"]
     for mode in modes_mod.expand(args.mode):
         argv += ["--mode", mode]
     code = run(argv, prefix="lab.run", cwd=REPO)
@@ -156,6 +182,67 @@ def seed_tree(build_dir):
     shutil.copy2(stamp, os.path.join(build_dir, "src", ".tarball"))
 
 
+def _step_argv(args):
+    argv = [PYTHON, "-m", "pipelines.bisect", "--step", "--check", args.check,
+            "--build-dir", os.path.abspath(args.build_dir)]
+    for item in args.mode:
+        argv += ["--mode", item]
+    if args.check_cmd:
+        argv += ["--check-cmd", args.check_cmd]
+    if args.kernel_tree:
+        argv += ["--kernel-tree", args.kernel_tree, "--series", args.series or "none"]
+    return argv
+
+
+def _bisect_run(repo, step_argv):
+    """`git bisect run` in repo; (exit, first bad commit sha or None)."""
+    env = dict(os.environ, PYTHONPATH=REPO + (os.pathsep + os.environ["PYTHONPATH"]
+                                              if os.environ.get("PYTHONPATH") else ""))
+    process = subprocess.run(["git", "-C", repo, "bisect", "run", *step_argv], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(process.stdout if process.stdout.endswith("\n") else process.stdout + "\n")
+    match = re.search(r"^([0-9a-f]{40}) is the first bad commit", process.stdout, re.MULTILINE)
+    return process.returncode, (match[1] if match else None)
+
+
+def bisect_commits(args):
+    """Bisect GOOD_REF..BAD_REF of a kernel git tree in a scratch clone."""
+    from lab import kernels
+    tree = os.path.abspath(args.kernel_tree)
+    try:
+        good = kernels.resolve(f"{tree}@{args.good}", args.series or "none")
+        bad = kernels.resolve(f"{tree}@{args.bad}", args.series or "none")
+    except kernels.KernelSpecError as error:
+        raise BisectError(str(error)) from None
+    if subprocess.run(["git", "-C", tree, "merge-base", "--is-ancestor", good.commit, bad.commit]).returncode:
+        raise BisectError(f"GOOD {args.good} ({good.commit[:12]}) is not an ancestor of BAD {args.bad} "
+                          f"({bad.commit[:12]}) in {tree}")
+    if good.commit == bad.commit:
+        raise BisectError(f"GOOD and BAD are the same commit {good.commit[:12]}")
+    work = tempfile.mkdtemp(prefix="pmlab-bisect-")
+    repo = os.path.join(work, "tree")
+    try:
+        subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", tree, repo], check=True)
+        count = git(repo, "rev-list", "--count", f"{good.commit}..{bad.commit}", capture=True).strip()
+        log(PROG, f"{count} candidate commit(s) of {tree}: {args.good}..{args.bad} (scratch clone {repo})")
+        git(repo, "bisect", "start", bad.commit, good.commit)
+        started = time.monotonic()
+        code, first = _bisect_run(repo, _step_argv(args))
+        if not first:
+            log(PROG, f"git bisect run found no first bad commit (exit {code})")
+            return 1, None
+        subject = git(repo, "log", "-1", "--format=%s", first, capture=True).strip()
+        log(PROG, f"first bad commit: {first} {subject} ({time.monotonic() - started:.0f} s of steps)")
+        return 0, first
+    finally:
+        subprocess.run(["git", "-C", repo, "bisect", "reset"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if args.keep:
+            log(PROG, f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def bisect(args):
     series_dir = os.path.abspath(args.series_dir)
     patches = series_patches(series_dir)
@@ -169,23 +256,12 @@ def bisect(args):
         log(PROG, f"{bad - good} candidate patch(es): {patches[good]} .. {patches[bad - 1]} "
                   f"(throwaway repository {repo})")
         git(repo, "bisect", "start", commits[bad], commits[good])
-        step_argv = [PYTHON, "-m", "pipelines.bisect", "--step", "--check", args.check,
-                     "--build-dir", os.path.abspath(args.build_dir)]
-        for item in args.mode:
-            step_argv += ["--mode", item]
-        if args.check_cmd:
-            step_argv += ["--check-cmd", args.check_cmd]
-        env = dict(os.environ, PYTHONPATH=REPO + (os.pathsep + os.environ["PYTHONPATH"]
-                                                  if os.environ.get("PYTHONPATH") else ""))
         started = time.monotonic()
-        process = subprocess.run(["git", "-C", repo, "bisect", "run", *step_argv], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        sys.stdout.write(process.stdout if process.stdout.endswith("\n") else process.stdout + "\n")
-        match = re.search(r"^([0-9a-f]{40}) is the first bad commit", process.stdout, re.MULTILINE)
-        if not match:
-            log(PROG, f"git bisect run found no first bad commit (exit {process.returncode})")
+        code, first = _bisect_run(repo, _step_argv(args))
+        if not first:
+            log(PROG, f"git bisect run found no first bad commit (exit {code})")
             return 1, None
-        subject = git(repo, "log", "-1", "--format=%s", match[1], capture=True).strip()
+        subject = git(repo, "log", "-1", "--format=%s", first, capture=True).strip()
         log(PROG, f"first bad patch: {subject} ({time.monotonic() - started:.0f} s of steps)")
         return 0, subject
     finally:
@@ -210,10 +286,16 @@ def parse_args(argv):
     options.add_modes(parser, f"{DEFAULT_SMOKE}: the smoke cycles of each step", cycles=False, wake=False)
     parser.add_argument("--smoke", help="older spelling of --mode: MODE=COUNT,... (mem=2 is mem*2)")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway repository")
+    parser.add_argument("--kernel-tree", metavar="DIR",
+                        help="bisect commits GOOD..BAD of this kernel git tree instead of the series")
+    parser.add_argument("--series", metavar="DIR|none",
+                        help="with --kernel-tree: the series applied to every commit (default none)")
     parser.add_argument("--step", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.step and (args.good is None or args.bad is None):
         parser.error("GOOD and BAD are required")
+    if args.series and not args.kernel_tree:
+        parser.error("--series goes with --kernel-tree (the series bisection takes --series-dir)")
     if args.smoke is not None:
         if args.mode:
             parser.error("give the smoke cycles once: --mode (or the older --smoke)")
@@ -231,7 +313,7 @@ def main(argv=None):
     if args.step:
         return step(args)
     try:
-        code, _ = bisect(args)
+        code, _ = bisect_commits(args) if args.kernel_tree else bisect(args)
     except (BisectError, OSError) as error:
         print(f"bisect: {error}", file=sys.stderr)
         return 2

@@ -15,6 +15,11 @@ from lab import kernels, options
 from lab.virt import LabError
 
 
+@pytest.fixture(autouse=True)
+def no_build_override(monkeypatch):
+    monkeypatch.delenv("PMLAB_BUILD", raising=False)
+
+
 def _git(tree, *args):
     subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                    check=True, capture_output=True)
