@@ -69,9 +69,10 @@ def _bundled_series(version):
     return candidate if os.path.isfile(os.path.join(candidate, "series")) else None
 
 
-def series_digest(directory):
-    """A short digest of a series directory's series file and the patches it
-    names (the build key; kernel/tree.sh's series_hash is the manifest's)."""
+def series_hash(directory):
+    """kernel/tree.sh's series_hash of a series directory (the manifest's
+    series_hash): sha256 of the series file and the patches it names, 16
+    hex digits."""
     digest = hashlib.sha256()
     with open(os.path.join(directory, "series"), "rb") as series:
         text = series.read()
@@ -84,7 +85,7 @@ def series_digest(directory):
                     digest.update(patch.read())
             except OSError:
                 raise KernelSpecError(f"series {directory}/series names {name}, which is not there") from None
-    return digest.hexdigest()[:10]
+    return digest.hexdigest()[:16]
 
 
 def _series(series, default):
@@ -98,7 +99,7 @@ def _series(series, default):
         raise KernelSpecError(f"--series {series}: no 'series' file in {directory}")
     if default and os.path.realpath(directory) == os.path.realpath(default):
         return default, ""
-    return directory, f"-series-{series_digest(directory)}"
+    return directory, f"-series-{series_hash(directory)[:10]}"
 
 
 def resolve(spec=None, series=None, repo=REPO, build_env=None):

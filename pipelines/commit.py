@@ -30,7 +30,6 @@ result: a commit that does not build or boot regressed), 2 bad input or setup.
 """
 
 import argparse
-import hashlib
 import os
 import sys
 import time
@@ -38,6 +37,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import kernels  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
 from pipelines import compare as compare_mod  # noqa: E402
@@ -61,16 +61,8 @@ def parse_smoke(text):
 
 
 def series_hash(series_dir):
-    """kernel/tree.sh's series_hash: sha256 of the series file and its patches."""
-    with open(os.path.join(series_dir, "series"), "rb") as source:
-        series = source.read()
-    digest = hashlib.sha256(series)
-    for line in series.decode().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            with open(os.path.join(series_dir, line), "rb") as patch:
-                digest.update(patch.read())
-    return digest.hexdigest()[:16]
+    """kernel/tree.sh's series_hash (lab.kernels owns it)."""
+    return kernels.series_hash(series_dir)
 
 
 def newest_mtime(*roots):
@@ -89,15 +81,20 @@ def newest_mtime(*roots):
     return newest, which
 
 
-def kernel_current(artifacts, repo=REPO):
-    """(True, why) if build/out holds the kernel of the current inputs."""
+def kernel_current(artifacts, repo=REPO, kernel=None):
+    """(True, why) if `artifacts` (build/out, or --kernel's) hold the kernel
+    of the current inputs: its series, its commit, nothing newer under
+    kernel/ or containers/."""
     manifest_path = os.path.join(artifacts, "manifest.json")
     manifest = read_json(manifest_path)
     if not manifest or not os.path.isfile(os.path.join(artifacts, "bzImage")):
         return False, "no built kernel"
-    want = series_hash(os.path.join(repo, "kernel", "patches"))
-    if manifest.get("variant") != "patched" or manifest.get("series_hash") != want:
+    series = kernel.series if kernel else os.path.join(repo, "kernel", "patches")
+    want = series_hash(series) if series else "none"
+    if manifest.get("variant") != ("patched" if series else "baseline") or manifest.get("series_hash") != want:
         return False, f"series hash {manifest.get('series_hash')} != {want}"
+    if kernel and kernel.commit and manifest.get("source_commit") != kernel.commit:
+        return False, f"built from {str(manifest.get('source_commit'))[:12]}, not {kernel.commit[:12]}"
     newest, which = newest_mtime(os.path.join(repo, "kernel"), os.path.join(repo, "containers"))
     if newest > os.stat(manifest_path).st_mtime:
         return False, f"{os.path.relpath(which, repo)} is newer than the build"
@@ -163,6 +160,9 @@ def parse_args(argv):
                              "modes mem/rtc, pm_test-*) on the server of --lava-identity")
     parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
     parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs the smoke is split into")
+    parser.add_argument("--kernel", metavar="SPEC",
+                        help="the kernel to build and test (lab/kernels.py; default linux-source-6.1)")
+    parser.add_argument("--series", metavar="DIR|none", help="with --kernel: the series applied (default: bundled)")
     lab = parser.add_argument_group("passed to lab.run")
     options.add_guest(lab)
     options.add_inject(lab, "one smoke cycle (proves the gate: that run must regress)")
@@ -185,13 +185,15 @@ def main(argv=None):
     args.results = os.path.abspath(args.results)
     try:
         smoke = modes_mod.expand(args.mode, [DEFAULT_SMOKE])
-    except Exception as error:
+        kernel = kernels.resolve(args.kernel, args.series)
+    except Exception as error:  # lab.virt.LabError from the grammar, kernels.KernelSpecError
         print(f"commit: {error}", file=sys.stderr)
         return 2
+    kernel_args = (["--kernel", args.kernel] if args.kernel else []) + (["--series", args.series] if args.series else [])
     run_id = args.run_id or f"commit-{stamp()}-{os.getpid()}"
     run_dir = os.path.join(args.results, run_id)
     os.makedirs(run_dir, exist_ok=True)
-    artifacts = os.path.join(REPO, "build", "out")
+    artifacts = kernel.artifacts
     marker = {"pipeline": "commit", "run_id": run_id, "started": stamp(), "started_epoch": time.time(),
               "stages": [], "result": "running"}
     marker_path = os.path.join(run_dir, MARKER)
@@ -216,10 +218,10 @@ def main(argv=None):
         return False
 
     with stages.stage("build") as entry:
-        current, why = kernel_current(artifacts)
+        current, why = kernel_current(artifacts, kernel=kernel)
         if not skipped(entry, current, why):
             log(PROG, f"building the kernel ({why})")
-            code = run([os.path.join(REPO, "kernel", "build")], prefix="build")  # kernel/build takes the build lock
+            code = run([os.path.join(REPO, "kernel", "build"), *kernel_args], prefix="build")  # takes the build lock
             if code:
                 entry["status"], entry["note"] = "failed", f"kernel/build exit {code}"
     if stages.done[-1]["status"] == "failed":
@@ -230,7 +232,7 @@ def main(argv=None):
 
     with stages.stage("initramfs") as entry:
         if not skipped(entry, *initramfs_current(artifacts)):
-            code = run([os.path.join(REPO, "lab", "build-initramfs")], prefix="initramfs")
+            code = run([os.path.join(REPO, "lab", "build-initramfs"), *kernel_args], prefix="initramfs")
             if code:
                 entry["status"], entry["note"] = "failed", f"lab/build-initramfs exit {code}"
     if stages.done[-1]["status"] == "failed":
@@ -239,11 +241,11 @@ def main(argv=None):
 
     with stages.stage("smoke") as entry:
         runner = "pipelines.lava.jobs" if args.engine == "lava" else "lab.run"
-        argv = [PYTHON, "-m", runner, "--results", args.results, "--run-id", run_id]
+        argv = [PYTHON, "-m", runner, "--results", args.results, "--run-id", run_id, "--artifacts", artifacts]
         for mode in smoke:
             argv += ["--mode", mode]
         if args.engine == "lava":  # LAVA has its own devices and watchdogs (job timeouts)
-            argv += ["--artifacts", artifacts, "--identity", args.lava_identity, "--jobs", str(args.lava_jobs)]
+            argv += ["--identity", args.lava_identity, "--jobs", str(args.lava_jobs)]
         else:
             argv += ["--cycles", "1"]
             for option in ("uri", "profile", "memory", "vcpus"):
@@ -272,7 +274,7 @@ def main(argv=None):
             xml = os.path.join(run_dir, "campaign.xml")
             argv = [PYTHON, "-m", "pytest", os.path.join(REPO, "pytest", "test_fault_campaign.py"),
                     "-p", "no:cacheprovider", "-q", "--lab-results", args.results,
-                    "--junitxml", xml]
+                    "--junitxml", xml, "--artifacts", artifacts]
             if args.uri is not None:
                 argv += ["--uri", args.uri]
             code = run(argv, prefix="campaign")

@@ -156,3 +156,26 @@ def test_kernel_build_names_fragment_options_the_tree_lacks_and_compiles_nothing
         assert not os.listdir(os.path.join(kernel.build, "kernel"))
     finally:
         subprocess.run(["rm", "-rf", kernel.build])
+
+
+def test_the_commit_pipeline_refuses_a_bad_kernel_before_any_stage(tmp_path, tree):
+    done = subprocess.run(["/usr/bin/python3", "-m", "pipelines.commit", "--kernel", f"{tree}@v9.9",
+                           "--results", str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and f"ref 'v9.9' does not exist in {tree}" in done.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_build_of_another_commit_is_not_current_for_the_commit_pipeline(tmp_path, tree):
+    from pipelines import commit
+    kernel = kernels.resolve(f"{tree}@good", "none", build_env=str(tmp_path))
+    os.makedirs(kernel.artifacts)
+    open(os.path.join(kernel.artifacts, "bzImage"), "w").close()
+    other = kernels.resolve(f"{tree}@bad", "none").commit
+    with open(os.path.join(kernel.artifacts, "manifest.json"), "w") as out:
+        out.write(f'{{"variant": "baseline", "series_hash": "none", "source_commit": "{other}"}}')
+    current, why = commit.kernel_current(kernel.artifacts, kernel=kernel)
+    assert not current and why == f"built from {other[:12]}, not {kernel.commit[:12]}"
+    with open(os.path.join(kernel.artifacts, "manifest.json"), "w") as out:
+        out.write(f'{{"variant": "baseline", "series_hash": "none", "source_commit": "{kernel.commit}"}}')
+    assert commit.kernel_current(kernel.artifacts, kernel=kernel) == (True, "series none, inputs older than the build")
