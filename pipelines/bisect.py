@@ -37,6 +37,7 @@ The first bad commit's subject names the patch; printed as
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -205,6 +206,36 @@ def _bisect_run(repo, step_argv):
     return process.returncode, (match[1] if match else None)
 
 
+@contextlib.contextmanager
+def _scratch(args, name):
+    """A throwaway repository path (its directory made, the repository not):
+    afterwards the bisection is reset and the directory removed, unless --keep."""
+    work = tempfile.mkdtemp(prefix="pmlab-bisect-")
+    repo = os.path.join(work, name)
+    try:
+        yield repo
+    finally:
+        subprocess.run(["git", "-C", repo, "bisect", "reset"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if args.keep:
+            log(PROG, f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _first_bad(args, repo, bad, good):
+    """`git bisect start BAD GOOD` and run the steps in repo: (first bad
+    commit, its subject, seconds of steps), or None when bisect named none."""
+    git(repo, "bisect", "start", bad, good)
+    started = time.monotonic()
+    code, first = _bisect_run(repo, _step_argv(args))
+    if not first:
+        log(PROG, f"git bisect run found no first bad commit (exit {code})")
+        return None
+    subject = git(repo, "log", "-1", "--format=%s", first, capture=True).strip()
+    return first, subject, time.monotonic() - started
+
+
 def bisect_commits(args):
     """Bisect GOOD_REF..BAD_REF of a kernel git tree in a scratch clone."""
     from lab import kernels
@@ -219,28 +250,16 @@ def bisect_commits(args):
                           f"({bad.commit[:12]}) in {tree}")
     if good.commit == bad.commit:
         raise BisectError(f"GOOD and BAD are the same commit {good.commit[:12]}")
-    work = tempfile.mkdtemp(prefix="pmlab-bisect-")
-    repo = os.path.join(work, "tree")
-    try:
+    with _scratch(args, "tree") as repo:
         subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", tree, repo], check=True)
         count = git(repo, "rev-list", "--count", f"{good.commit}..{bad.commit}", capture=True).strip()
         log(PROG, f"{count} candidate commit(s) of {tree}: {args.good}..{args.bad} (scratch clone {repo})")
-        git(repo, "bisect", "start", bad.commit, good.commit)
-        started = time.monotonic()
-        code, first = _bisect_run(repo, _step_argv(args))
-        if not first:
-            log(PROG, f"git bisect run found no first bad commit (exit {code})")
+        found = _first_bad(args, repo, bad.commit, good.commit)
+        if not found:
             return 1, None
-        subject = git(repo, "log", "-1", "--format=%s", first, capture=True).strip()
-        log(PROG, f"first bad commit: {first} {subject} ({time.monotonic() - started:.0f} s of steps)")
+        first, subject, seconds = found
+        log(PROG, f"first bad commit: {first} {subject} ({seconds:.0f} s of steps)")
         return 0, first
-    finally:
-        subprocess.run(["git", "-C", repo, "bisect", "reset"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        if args.keep:
-            log(PROG, f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def bisect(args):
@@ -249,28 +268,16 @@ def bisect(args):
     good, bad = resolve(args.good, patches), resolve(args.bad, patches)
     if good >= bad:
         raise BisectError(f"GOOD ({good} patches) must come before BAD ({bad} patches)")
-    work = tempfile.mkdtemp(prefix="pmlab-bisect-")
-    repo = os.path.join(work, "series")
-    try:
+    with _scratch(args, "series") as repo:
         commits = make_series_repo(series_dir, good, bad, repo)
         log(PROG, f"{bad - good} candidate patch(es): {patches[good]} .. {patches[bad - 1]} "
                   f"(throwaway repository {repo})")
-        git(repo, "bisect", "start", commits[bad], commits[good])
-        started = time.monotonic()
-        code, first = _bisect_run(repo, _step_argv(args))
-        if not first:
-            log(PROG, f"git bisect run found no first bad commit (exit {code})")
+        found = _first_bad(args, repo, commits[bad], commits[good])
+        if not found:
             return 1, None
-        subject = git(repo, "log", "-1", "--format=%s", first, capture=True).strip()
-        log(PROG, f"first bad patch: {subject} ({time.monotonic() - started:.0f} s of steps)")
+        _, subject, seconds = found
+        log(PROG, f"first bad patch: {subject} ({seconds:.0f} s of steps)")
         return 0, subject
-    finally:
-        subprocess.run(["git", "-C", repo, "bisect", "reset"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        if args.keep:
-            log(PROG, f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def parse_args(argv):
