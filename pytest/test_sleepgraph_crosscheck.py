@@ -94,7 +94,9 @@ def assert_agrees(report, ftrace, dmesg, out, mode):
             rows.setdefault((base, round(start, 6)), []).append((phase, name, end))
     matched, worst = set(), 0.0
     calls = [(device, call) for device, sequence in trace.callbacks(events).items() for call in sequence]
-    assert len(calls) > 1000, "a cycle of the pmlab guest times every callback of ~900 devices"
+    # Not vacuous: since the config diet (no legacy ptys, no VTs) an S3 cycle
+    # times ~680 callbacks of ~300 devices; the recordings predate it (>1000).
+    assert len(calls) > 500, f"only {len(calls)} device callbacks timed in a whole cycle"
     for device, call in calls:
         name, _driver = trace.split_device_id(device)
         key = (name, round(call["t"], 6))
