@@ -7,6 +7,8 @@ record, judged by lab.cycle.judge_with_order and written by lab/records.py.
         [--inject CYCLE:KNOB=VALUE] [--artifacts DIR] [--results DIR] [--run-id ID]
         [--identity pmlab] [--tags q35-ovmf]
 
+A server that stops answering (restarted, down) is asked again for up to
+SERVER_PATIENCE seconds; the jobs go on on the workers meanwhile.
 A job that ends early (its worker killed, canceled, a broken frame): the
 cycle it was in (its kernel begin marker is on the console, its report is
 not) is recorded as verdict "error", phase "lava", with the job id; the
@@ -72,6 +74,9 @@ QEMU_LAUNCH = "Boot command:"  # lava_dispatcher's CallQemuAction, one per boot 
 EVENTS_SOURCE = ("LAVA job log (no libvirt): a firmware S3 resume = pmsuspend + pmwakeup; "
                  "'PM: S|' then entering S4 = pmsuspend-disk; a QEMU relaunch = stopped + started")
 FINISHED = ("Finished", "Canceled")
+# How long run_plan keeps asking a server that does not answer (restarted,
+# down) before it gives up: the jobs run on the workers meanwhile.
+SERVER_PATIENCE = 600
 
 
 class LavaError(Exception):
@@ -173,6 +178,21 @@ def lavacli(identity, *args, timeout=120):
     if done.returncode != 0:
         raise LavaError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     return done.stdout
+
+
+def patiently(call, *args, patience=SERVER_PATIENCE, log=print):
+    """call(*args), asked again while the server does not answer (lavacli
+    fails), with growing pauses, for up to `patience` seconds."""
+    deadline, pause = time.monotonic() + patience, 2
+    while True:
+        try:
+            return call(*args)
+        except LavaError as error:
+            if time.monotonic() + pause > deadline:
+                raise LavaError(f"{error} (still failing after {patience} s of retries)") from None
+            log(f"lava: {error}; asking again in {pause} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 30)
 
 
 def submit(identity, job_text):
@@ -398,7 +418,7 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         for part in split(pending, jobs):
             name = f"pmlab {rundir.run_id} cycles {part[0][0]}-{part[-1][0]}" + (f" retry {attempt}" if attempt else "")
             text = render_job(part, artifacts, name, tags)
-            job_id = submit(identity, text)
+            job_id = patiently(submit, identity, text, log=log)
             with open(rundir.file("lava", f"job-{job_id}.yaml"), "w") as out:
                 out.write(text)
             log(f"lava: job {job_id}: cycles {', '.join(str(n) for n, _, _ in part)}")
@@ -409,13 +429,13 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         while running:
             time.sleep(poll_seconds)
             for job_id in list(running):
-                job = job_state(identity, job_id)
+                job = patiently(job_state, identity, job_id, log=log)
                 if job.get("state") not in FINISHED:
                     continue
                 part = running.pop(job_id)
-                entries = job_log(identity, job_id)
+                entries = patiently(job_log, identity, job_id, log=log)
                 if job.get("device"):
-                    job["worker"] = device_worker(identity, job["device"])
+                    job["worker"] = patiently(device_worker, identity, job["device"], log=log)
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
                 records, lost = cycle_records(part, entries, run_id, job_id, job, rundir)
