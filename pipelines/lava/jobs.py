@@ -54,7 +54,7 @@ if __package__ in (None, ""):
 from lab import console, modes  # noqa: E402
 from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
 from lab.guest import BASE_CMDLINE  # noqa: E402
-from lab.records import RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
+from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
 from lab.virt import LabError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -350,7 +350,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
             # resuming the image: the kernel's failure, judged as libvirt's is.
             evidence = console.cycle_lines(texts, number)
             events = console_events(mode, evidence, time.time(), relaunches)
-            record.update(libvirt_events=events, events_source=EVENTS_SOURCE, timeline=[])
+            record.update(**{EVENTS_FIELD: events}, events_source=EVENTS_SOURCE, timeline=[])
             record.update(judge_with_order(mode, None, 0, events, evidence, [], None, None))
             record["evidence"] = evidence
             records.append(record)
@@ -370,7 +370,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
         start, end = moment(began), moment(frame["dt"])
         stamp = end.timestamp() if end else time.time()
         events = console_events(mode, evidence, stamp, relaunches)
-        record.update(token=frame["token"], guest_boot_id=frame["boot_id"], libvirt_events=events,
+        record.update(token=frame["token"], guest_boot_id=frame["boot_id"], **{EVENTS_FIELD: events},
                       events_source=EVENTS_SOURCE,
                       report=rundir.write_file(report_path(number), frame["report"], compress=True),
                       report_status=frame["status"], timeline=[])
