@@ -33,6 +33,11 @@ EIO = -5
 INJECT = [f"3:fault={DEV} suspend {EIO} 1", f"4:fault={DEV} suspend_late {EIO} 1",
           f"5:fault={DEV} suspend_noirq {EIO} 1"]
 MODES = ["mem/rtc", "disk/platform", "mem/rtc*3"]
+# Both engines on pc + SeaBIOS: on q35 + OVMF, job 1's first S3 resume left a
+# corrupt busybox page (segfault at ip 0x52e000, init killed, kernel panic)
+# in 3 of 3 LAVA jobs with this plan's kernel command line; the same plan on
+# pc + SeaBIOS passed (pipelines/README.md, Numbers).
+PROFILE = "pc-seabios"
 COMPARED = ("verdict", "phase", "enter_status", "failed_callbacks", "ordering_violations")
 
 
@@ -65,7 +70,7 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
     staged = jobs.prepare_artifacts(artifacts, rundir.file("artifacts"))
     plan = jobs.plan_from(MODES, INJECT)
     submitted = []
-    lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0,
+    lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0, tags=(PROFILE,),
                          on_submitted=lambda job_id, part: submitted.append(job_id))
     assert len(submitted) == 2
     workers = {record["worker"] for record in lava}
@@ -74,7 +79,7 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
 
     libvirt_run = f"{config.pmlab_run_id}-libvirt"
     command = [sys.executable, "-m", "lab.run", "--artifacts", artifacts, "--results", results,
-               "--run-id", libvirt_run] + [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
+               "--run-id", libvirt_run, "--profile", PROFILE] + [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode in (0, 1), f"lab.run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     libvirt = [r for r in read_cycles(os.path.join(results, libvirt_run, "cycles.jsonl"))
