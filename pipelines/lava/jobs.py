@@ -176,7 +176,8 @@ def lavacli(identity, *args, timeout=120):
     except subprocess.TimeoutExpired:
         raise LavaError(f"{' '.join(command)} did not answer in {timeout} s") from None
     if done.returncode != 0:
-        raise LavaError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        why = (done.stderr.strip() or done.stdout.strip())[-500:]  # lavacli prints "Unable to connect" on stdout
+        raise LavaError(f"{' '.join(command)} failed ({done.returncode}): {why}")
     return done.stdout
 
 
