@@ -49,7 +49,7 @@ from lab.records import cycles_path, is_done, nearest_rank, pass_rate, read_cycl
 from pipelines.nightly import chunk_records  # noqa: E402
 
 PROG = "soak"
-ARTIFACT_FILES = ("bzImage", "initramfs.cpio.gz", "manifest.json", "config", "compile.env")
+ARTIFACT_FILES = ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml", "manifest.json", "config", "compile.env")
 
 
 class SoakError(Exception):
