@@ -256,7 +256,9 @@ def per_worker(shards_records):
     for index, shard in enumerate(shards_records, 1):
         for record in shard:
             if is_done(record):
-                groups.setdefault(record.get("worker") or f"guest {index}", []).append(record)
+                # lab.run's "worker" is its session's name (w0 in every shard): a LAVA record's is the machine's.
+                name = record.get("worker") if record.get("engine") == "lava" else None
+                groups.setdefault(name or f"guest {index}", []).append(record)
     out = {}
     for name, group in sorted(groups.items()):
         starts = [_epoch(r["host_start"]) for r in group if r.get("host_start")]
