@@ -388,7 +388,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, 
     record.update(status="done", host_end=iso(ended), host_seconds=round(ended - started, 3),
                   timeline=cycle.timeline, guest_usable=True, token=cycle.token,
                   channel_pokes=guest.agent.pokes - cycle.pokes_before,
-                  libvirt_events=[[round(t, 3), kind, detail] for t, kind, detail in events])
+                  **{records.EVENTS_FIELD: [[round(t, 3), kind, detail] for t, kind, detail in events]})
     if hang is not None or lab_error is not None:
         # Why the guest stopped answering decides whose failure it is.
         panic = cycle.panic()

@@ -277,6 +277,22 @@ def close_interrupted(record, when=None):
 
 # ------------------------------------------------------------------ side files
 
+# The host's view of a cycle, [[time, kind, detail]]: libvirt's domain
+# events, or (engine lava) the same kinds read from the job log, with the
+# record's events_source saying how. Records before the rename call it
+# libvirt_events; read it with host_events().
+EVENTS_FIELD = "host_events"
+OLD_EVENTS_FIELD = "libvirt_events"
+
+
+def host_events(record):
+    """A record's host events under either name ([] if it has none)."""
+    events = record.get(EVENTS_FIELD)
+    if events is None:
+        events = record.get(OLD_EVENTS_FIELD)
+    return events or []
+
+
 def report_path(number):
     """A cycle's full guest report, relative to its run directory."""
     return f"reports/cycle{number}.txt.gz"

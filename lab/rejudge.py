@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from lab import modes
 from lab.cycle import judge_with_order
-from lab.records import cycles_path, read_cycles, read_report
+from lab.records import cycles_path, host_events, read_cycles, read_report
 from lab.virt import LabError
 
 
@@ -57,7 +57,7 @@ def rejudge_record(run_dir, record):
     mode = modes.parse_mode(record["mode"], record.get("wake"))
     # report_status: pmlab-cycle's exit status; records older than the field
     # were written only for status 0 or with a reason naming the status.
-    result = judge_with_order(mode, text, record.get("report_status", 0), record.get("libvirt_events") or [],
+    result = judge_with_order(mode, text, record.get("report_status", 0), host_events(record),
                               record.get("evidence") or [], record.get("timeline") or [],
                               record.get("token"), record.get("guest_boot_id"))
     return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))

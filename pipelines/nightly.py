@@ -65,7 +65,8 @@ def parse_args(argv):
     parser.add_argument("--chunk", type=int, default=20, help="cycles per lab.run call (one guest boot each)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
-                        help="lava: each chunk runs as LAVA jobs (pipelines/lava/jobs.py; modes mem/rtc, pm_test-*)")
+                        help="lava: each chunk runs as LAVA jobs (pipelines/lava/jobs.py; modes mem/rtc, disk/platform, "
+                             "pm_test-*)")
     parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
     parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs per chunk, run at once (one per worker)")
     parser.add_argument("--lava-tags", default="q35-ovmf", help="device tags the LAVA jobs ask for")
@@ -287,7 +288,8 @@ def lava_chunk(args, rundir, run_id, numbers, chunk_modes):
     if not os.path.isfile(os.path.join(artifacts_dir, "swap.img")):
         source = args.artifacts or os.path.join(REPO, "build", "baseline" if args.baseline else "", "out")
         lava_jobs.prepare_artifacts(source, artifacts_dir)
-    plan = [(n, lava_jobs.check_mode(mode_of(m)), tuple(knobs.get(n, ()))) for n, m in zip(numbers, chunk_modes)]
+    plan = [(n, lava_jobs.check_mode(mode_of(m)), lava_jobs.check_knobs(n, knobs.get(n, ())))
+            for n, m in zip(numbers, chunk_modes)]
     lava_jobs.run_plan(plan, rundir, artifacts_dir, args.lava_identity, args.lava_jobs,
                        [t for t in args.lava_tags.split(",") if t], run_id=run_id,
                        log=lambda text: log(PROG, text))

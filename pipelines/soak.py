@@ -3,7 +3,8 @@
   ./pmlab soak --guests 2 --max-cycles 2100 --mode 'mem*20,disk' [--run-id ID]
                [--profile pc-seabios|q35-ovmf] [--memory MIB] [--watchdog PHASE=S]
   ./pmlab soak --report ID      the numbers of a soak again (also of one still running:
-                                the cycles its lab.run processes have recorded so far)
+                                the cycles its lab.run processes have recorded so far);
+                                ID may also be one nightly run (e.g. --engine lava's)
 
 Each guest is one pipelines/nightly shard (--shard i/N, one --run-id), all
 started at once. The kernel artifacts are first copied into
@@ -13,8 +14,10 @@ resumes every shard (nightly's resume). When the shards end, they are
 merged (pipelines/merge) into results/<run-id>/merged/, lab.bench measures
 the harness against raw QEMU on this machine, and the report gives:
 cycles per mode and verdict, success rate with its 95 % interval, wall time,
-cycles per hour (all guests) and S3 cycles per hour per guest, where an S3
-cycle's time goes (the records' host_phases), and the harness's resident
+cycles per hour (all guests) and S3 cycles per hour per guest, cycles per
+hour per worker by the wall clock (a LAVA worker, or a guest's shard: its
+cycles over its first start to last end, boots and scheduling included),
+where an S3 cycle's time goes (the records' host_phases), and the harness's resident
 memory at the first and last cycle of every lab.run process. The numbers
 also go to results/<run-id>/soak.json.
 
@@ -66,7 +69,7 @@ def parse_args(argv):
     parser.add_argument("--chunk", type=int,
                         help="cycles per lab.run process (default: the whole shard, one process per guest)")
     parser.add_argument("--bench-cycles", type=int, default=20, help="lab.bench cycles at the end (0: none)")
-    parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak")
+    parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak (or nightly run)")
     options.add_guest(parser.add_argument_group("passed to every guest's lab.run"),
                       {"profiles": sorted(PROFILES)})
     options.add_inject(parser, "that cycle of the soak's plan (passed to the nightly shard that runs it)")
@@ -246,6 +249,28 @@ def numbers(records, shards_records):
                         "last_kib": values[-1], "max_kib": max(values),
                         "first_cycle": group[0]["cycle"], "last_cycle": group[-1]["cycle"]})
     out["harness_rss"] = rss
+    out["per_worker"] = per_worker(shards_records)
+    return out
+
+
+def per_worker(shards_records):
+    """{worker: {"cycles", "wall_seconds", "cycles_per_hour"}} by the wall
+    clock: a LAVA record names its worker; a libvirt shard is one guest.
+    Boots, scheduling and judging are inside the span, so engines compare."""
+    groups = {}
+    for index, shard in enumerate(shards_records, 1):
+        for record in shard:
+            if is_done(record):
+                # lab.run's "worker" is its session's name (w0 in every shard): a LAVA record's is the machine's.
+                name = record.get("worker") if record.get("engine") == "lava" else None
+                groups.setdefault(name or f"guest {index}", []).append(record)
+    out = {}
+    for name, group in sorted(groups.items()):
+        starts = [_epoch(r["host_start"]) for r in group if r.get("host_start")]
+        ends = [_epoch(r["host_end"]) for r in group if r.get("host_end")]
+        wall = max(ends) - min(starts) if starts and ends else 0
+        out[name] = {"cycles": len(group), "wall_seconds": round(wall),
+                     "cycles_per_hour": round(len(group) * 3600 / wall) if wall > 0 else None}
     return out
 
 
@@ -264,6 +289,9 @@ def report_lines(run_id, result, command=None):
         if block["host_phases_mean"]:
             lines.append("      where the time goes (mean s): " +
                          ", ".join(f"{k} {v}" for k, v in block["host_phases_mean"].items()))
+    for name, block in (result.get("per_worker") or {}).items():
+        lines.append(f"  worker {name}: {block['cycles']} cycles in {hms(block['wall_seconds'])} = "
+                     f"{block['cycles_per_hour']} cycles/hour (wall clock: first start to last end)")
     for item in result["harness_rss"]:
         lines.append(f"  harness RSS guest {item['guest']} (lab.run pid {item['pid']}, cycles "
                      f"{item['first_cycle']}..{item['last_cycle']}, {item['cycles']} records): "
@@ -289,7 +317,8 @@ def shard_records(shard_dir):
 
 
 def report(args, bench=None):
-    shards = [shard_records(d) for d in shard_dirs(args.results, args.run_id, args.guests)]
+    dirs = getattr(args, "run_dirs", None) or shard_dirs(args.results, args.run_id, args.guests)
+    shards = [shard_records(d) for d in dirs]
     records = sorted((r for shard in shards for r in shard), key=lambda r: r["cycle"])
     result = numbers(records, shards)
     result.update(run_id=args.run_id, guests=args.guests, written=stamp())
@@ -318,6 +347,11 @@ def main(argv=None):
         if args.report:
             args.run_id = args.report
             found = [name for name in os.listdir(args.results) if name.startswith(f"{args.run_id}-shard")]
+            single = os.path.join(args.results, args.run_id)
+            if not found and os.path.isfile(cycles_path(single)):  # one nightly run, e.g. on LAVA
+                args.run_dirs, args.guests = [single], 1
+                report(args)
+                return 0
             if not found:
                 raise SoakError(f"no shard directories of {args.run_id} under {args.results}")
             args.guests = int(re.search(r"of(\d+)$", found[0])[1])

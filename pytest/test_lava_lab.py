@@ -3,10 +3,13 @@ publisher, two lava-worker processes with QEMU devices): a 2-job plan runs
 on the two workers at once and its cycles, judged from the LAVA job logs,
 get the same verdicts and oracle results as the same plan through libvirt.
 
-The plan: one plain S3 cycle and the fault campaign's three suspend-side
-failures (pmtest_full.3 returning -EIO from suspend, suspend_late,
-suspend_noirq), S3 woken by the RTC. The artifacts' initramfs must carry
-guest/init with pmlab.mode=lava (lab/build-initramfs).
+The plan: a plain S3 cycle, an S4 cycle (ACPI S4 powers QEMU off, the job's
+next boot action launches it again on the same swap disk and the image is
+resumed) and the fault campaign's three suspend-side failures (pmtest_full.3
+returning -EIO from suspend, suspend_late, suspend_noirq), S3 woken by the
+RTC. Split in two jobs: cycles 1-3 (S3, S4, then a fault on the resumed
+guest) and 4-5. The artifacts' initramfs must carry guest/init with
+pmlab.mode=lava (lab/build-initramfs).
 """
 import json
 import os
@@ -27,9 +30,14 @@ pytestmark = [pytest.mark.guest, pytest.mark.pipeline]
 
 DEV = "pmtest_full.3"
 EIO = -5
-INJECT = [f"2:fault={DEV} suspend {EIO} 1", f"3:fault={DEV} suspend_late {EIO} 1",
-          f"4:fault={DEV} suspend_noirq {EIO} 1"]
-MODES = ["mem/rtc*4"]
+INJECT = [f"3:fault={DEV} suspend {EIO} 1", f"4:fault={DEV} suspend_late {EIO} 1",
+          f"5:fault={DEV} suspend_noirq {EIO} 1"]
+MODES = ["mem/rtc", "disk/platform", "mem/rtc*3"]
+# Both engines on pc + SeaBIOS: on q35 + OVMF, job 1's first S3 resume left a
+# corrupt busybox page (segfault at ip 0x52e000, init killed, kernel panic)
+# in 3 of 3 LAVA jobs with this plan's kernel command line; the same plan on
+# pc + SeaBIOS passed (pipelines/README.md, Numbers).
+PROFILE = "pc-seabios"
 COMPARED = ("verdict", "phase", "enter_status", "failed_callbacks", "ordering_violations")
 
 
@@ -62,21 +70,21 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
     staged = jobs.prepare_artifacts(artifacts, rundir.file("artifacts"))
     plan = jobs.plan_from(MODES, INJECT)
     submitted = []
-    lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0,
+    lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0, tags=(PROFILE,),
                          on_submitted=lambda job_id, part: submitted.append(job_id))
     assert len(submitted) == 2
     workers = {record["worker"] for record in lava}
     assert workers == {"pmlab-w1", "pmlab-w2"}, f"the two jobs did not run on both workers: {workers}"
-    assert [r["cycle"] for r in read_cycles(rundir.cycles_path)] == [1, 2, 3, 4]  # one record each
+    assert [r["cycle"] for r in read_cycles(rundir.cycles_path)] == [1, 2, 3, 4, 5]  # one record each
 
     libvirt_run = f"{config.pmlab_run_id}-libvirt"
     command = [sys.executable, "-m", "lab.run", "--artifacts", artifacts, "--results", results,
-               "--run-id", libvirt_run] + [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
+               "--run-id", libvirt_run, "--profile", PROFILE] + [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode in (0, 1), f"lab.run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     libvirt = [r for r in read_cycles(os.path.join(results, libvirt_run, "cycles.jsonl"))
                if r.get("status") == "done"]
-    assert [r["cycle"] for r in libvirt] == [1, 2, 3, 4]
+    assert [r["cycle"] for r in libvirt] == [1, 2, 3, 4, 5]
 
     for by_lava, by_libvirt in zip(lava, libvirt):
         seen = {key: by_lava.get(key) for key in COMPARED}
@@ -85,4 +93,8 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
         assert _pmtest_callbacks(by_lava) == _pmtest_callbacks(by_libvirt), f"cycle {by_lava['cycle']}"
         assert by_lava["ordering_checked"]["pmtest_log"] > 0
         assert by_lava["proof"] == by_libvirt["proof"] or by_lava["verdict"] != "pass"
-    assert [r["verdict"] for r in lava] == ["pass", "fail", "fail", "fail"]
+    assert [r["verdict"] for r in lava] == ["pass", "pass", "fail", "fail", "fail"]
+    # The S4 cycle really went through LAVA's relaunch: QEMU stopped once,
+    # the image kept the boot id and the tmpfs token.
+    assert lava[1]["proof"] == {"boot_id_kept": True, "token_kept": True, "stopped": 1, "pmsuspend_disk": 1,
+                                "reboot": 0}

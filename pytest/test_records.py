@@ -313,3 +313,13 @@ def test_committed_version_2_and_1_recordings_still_read(tmp_path):
     assert record_format.callback_errors(run[0]) == []
     old = read_cycles(os.path.join(RECORDINGS, "cycles.jsonl"))
     assert all(record_format.callbacks(r) == {} for r in old)
+
+
+def test_host_events_are_read_under_the_new_and_the_old_name():
+    from lab.records import EVENTS_FIELD, host_events
+    events = [[1.0, "pmsuspend", None], [2.0, "pmwakeup", None]]
+    assert EVENTS_FIELD == "host_events"
+    assert host_events({"host_events": events}) == events
+    assert host_events({"libvirt_events": events}) == events  # records written before the rename
+    assert host_events({"host_events": [], "libvirt_events": events}) == []
+    assert host_events({}) == []

@@ -56,6 +56,18 @@ def test_numbers_rates_walls_and_rss_per_process():
     assert result["failed"] == [{"cycle": 4, "mode": "mem", "verdict": "fail", "phase": None, "reason": None}]
     text = "\n".join(soak.report_lines("soak-x", result))
     assert "900 cycles/hour" in text and "1800 cycles/hour per guest" in text and "not passed: cycle 4" in text
+    assert result["per_worker"] == {"guest 1": {"cycles": 3, "wall_seconds": 20, "cycles_per_hour": 540},
+                                    "guest 2": {"cycles": 2, "wall_seconds": 5, "cycles_per_hour": 1440}}
+
+
+def test_per_worker_numbers_of_one_lava_run_group_by_the_records_worker():
+    run = [dict(_record(n, start=10 * (n // 2), seconds=8), worker=f"pmlab-w{1 + n % 2}", engine="lava") for n in range(1, 7)]
+    per_worker = soak.numbers(run, [run])["per_worker"]
+    assert per_worker == {"pmlab-w1": {"cycles": 3, "wall_seconds": 28, "cycles_per_hour": 386},
+                          "pmlab-w2": {"cycles": 3, "wall_seconds": 28, "cycles_per_hour": 386}}
+    libvirt = [dict(r, worker="w0", engine=None) for r in run]
+    assert list(soak.numbers(libvirt, [libvirt[:3], libvirt[3:]])["per_worker"]) == ["guest 1", "guest 2"]
+    assert "worker pmlab-w1: 3 cycles" in "\n".join(soak.report_lines("n", soak.numbers(run, [run])))
 
 
 def test_soak_refuses_a_soak_without_bound(tmp_path, capsys):

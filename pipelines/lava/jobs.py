@@ -7,6 +7,8 @@ record, judged by lab.cycle.judge_with_order and written by lab/records.py.
         [--inject CYCLE:KNOB=VALUE] [--artifacts DIR] [--results DIR] [--run-id ID]
         [--identity pmlab] [--tags q35-ovmf]
 
+A server that stops answering (restarted, down) is asked again for up to
+SERVER_PATIENCE seconds; the jobs go on on the workers meanwhile.
 A job that ends early (its worker killed, canceled, a broken frame): the
 cycle it was in (its kernel begin marker is on the console, its report is
 not) is recorded as verdict "error", phase "lava", with the job id; the
@@ -15,12 +17,20 @@ then recorded as errors). Every planned cycle gets exactly one record.
 Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
 
 Engine differences a reader of the records must know: there is no libvirt,
-so the host's proof of an S3 cycle (libvirt's PMSuspended/PMWakeup events)
-is taken from the console instead: one firmware S3 resume ("ACPI: PM:
-Low-level resume complete") between the cycle's begin and end kernel
-markers counts as one suspend and one wakeup (record field events_source).
-Modes: mem/rtc and pm_test-*; S4 (QEMU exits at power-off, LAVA would have
-to boot the device again) and freeze (no power button) are refused.
+so the host's proof of a cycle (libvirt's domain events) is taken from the
+job log instead (record field events_source): one firmware S3 resume
+("ACPI: PM: Low-level resume complete") between the cycle's begin and end
+kernel markers counts as one PMSuspended and one PMWakeup; for S4, the
+kernel entering ACPI S4 after it marked the image in swap ("PM: S|", then
+"Preparing to enter system sleep state S4") counts as PMSuspended-disk, and
+LAVA launching QEMU again (its "Boot command:" log line) inside the cycle
+as the domain stopping (QEMU exits at the S4 power-off; LAVA's next boot
+action ends it if it has not yet) before it is started again.
+Modes: mem/rtc, disk/platform (each S4 cycle ends a segment of the job: the
+next boot action relaunches QEMU on the same swap disk and the image is
+resumed) and pm_test-*. Refused: freeze (no power button), mem/pmwakeup (no
+QMP), disk/reboot, and "boot" knobs (the kernel command line of a LAVA job
+is the same for every boot).
 """
 
 import argparse
@@ -42,9 +52,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from lab import console, modes  # noqa: E402
-from lab.cycle import cycle_arguments, judge_with_order  # noqa: E402
+from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
 from lab.guest import BASE_CMDLINE  # noqa: E402
-from lab.records import RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
+from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
 from lab.virt import LabError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +66,17 @@ BEGIN = re.compile(r"pmlab-lava: report-begin cycle=(?P<cycle>\d{1,9}) status=(?
                    r"bytes=(?P<bytes>\d{1,9}) md5=(?P<md5>[0-9a-f]{32})$")
 END = re.compile(r"pmlab-lava: report-end cycle=(?P<cycle>\d{1,9})$")
 S3_RESUME = "ACPI: PM: Low-level resume complete"
+# swap_writer_finish() prints "PM: S" + "|" around marking the image in swap;
+# hibernation_platform_enter() then prints this before writing S4 to ACPI.
+IMAGE_MARKED = "PM: S|"
+S4_ENTER = "ACPI: PM: Preparing to enter system sleep state S4"
+QEMU_LAUNCH = "Boot command:"  # lava_dispatcher's CallQemuAction, one per boot action
+EVENTS_SOURCE = ("LAVA job log (no libvirt): a firmware S3 resume = pmsuspend + pmwakeup; "
+                 "'PM: S|' then entering S4 = pmsuspend-disk; a QEMU relaunch = stopped + started")
 FINISHED = ("Finished", "Canceled")
+# How long run_plan keeps asking a server that does not answer (restarted,
+# down) before it gives up: the jobs run on the workers meanwhile.
+SERVER_PATIENCE = 600
 
 
 class LavaError(Exception):
@@ -64,10 +84,18 @@ class LavaError(Exception):
 
 
 def check_mode(mode):
-    if mode.kind == "pm_test" or (mode.kind == "mem" and mode.wake == "rtc"):
+    if mode.kind == "pm_test" or (mode.kind, mode.wake) in (("mem", "rtc"), ("disk", "platform")):
         return mode
-    raise LabError(f"mode {mode.name}/{mode.wake} cannot run as a LAVA job here: "
-                   f"only mem/rtc and pm_test-* (no libvirt to wake or restart the guest)")
+    raise LabError(f"mode {mode.name}/{mode.wake} cannot run as a LAVA job here: only mem/rtc, "
+                   f"disk/platform and pm_test-* (no QMP to wake the guest or press its power button)")
+
+
+def check_knobs(number, knobs):
+    for name, value in knobs:
+        if name == "boot":
+            raise LabError(f"cycle {number}: boot:{value} cannot run as a LAVA job: every boot of a job "
+                           f"has the same kernel command line")
+    return tuple(knobs)
 
 
 # ------------------------------------------------------------------ jobs
@@ -88,12 +116,17 @@ def render_job(plan, artifacts_dir, job_name, tags=()):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     # Under TCG: boot ~20 s (OVMF), an S3 cycle with a 2 s RTC alarm and
-    # its report ~15 s; generous, LAVA's timeout is only the last resort.
-    test_minutes = 3 + len(plan)
+    # its report ~15 s, an S4 cycle (image written, QEMU relaunched, image
+    # read back) about a minute; generous, LAVA's timeout is only the last
+    # resort. Each S4 cycle adds a boot and a test action (a segment).
+    disk = sum(1 for _, mode, _ in plan if mode.kind == "disk")
+    segments = 1 + disk
+    test_minutes = 3 + len(plan) + 3 * disk
+    boot_minutes = 4
     text = env.get_template("job-cycles.yaml").render(
         job_name=job_name, tags=list(tags), artifacts_url="file://" + os.path.abspath(artifacts_dir),
-        kernel_args=kernel_args(plan), boot_minutes=4, test_minutes=test_minutes,
-        job_minutes=test_minutes + 10)
+        kernel_args=kernel_args(plan), boot_minutes=boot_minutes, test_minutes=test_minutes,
+        segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10)
     yaml.safe_load(text)
     return text
 
@@ -143,8 +176,24 @@ def lavacli(identity, *args, timeout=120):
     except subprocess.TimeoutExpired:
         raise LavaError(f"{' '.join(command)} did not answer in {timeout} s") from None
     if done.returncode != 0:
-        raise LavaError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        why = (done.stderr.strip() or done.stdout.strip())[-500:]  # lavacli prints "Unable to connect" on stdout
+        raise LavaError(f"{' '.join(command)} failed ({done.returncode}): {why}")
     return done.stdout
+
+
+def patiently(call, *args, patience=SERVER_PATIENCE, log=print):
+    """call(*args), asked again while the server does not answer (lavacli
+    fails), with growing pauses, for up to `patience` seconds."""
+    deadline, pause = time.monotonic() + patience, 2
+    while True:
+        try:
+            return call(*args)
+        except LavaError as error:
+            if time.monotonic() + pause > deadline:
+                raise LavaError(f"{error} (still failing after {patience} s of retries)") from None
+            log(f"lava: {error}; asking again in {pause} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 30)
 
 
 def submit(identity, job_text):
@@ -188,11 +237,25 @@ def console_lines(entries):
     return out
 
 
+def qemu_launches(entries):
+    """Where LAVA launched QEMU: for each launch, how many console lines
+    came before it (positions in console_lines' list)."""
+    out, seen = [], 0
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("msg"), str):
+            continue
+        if entry.get("lvl") == "target":
+            seen += 1
+        elif entry.get("lvl") == "info" and entry["msg"].startswith(QEMU_LAUNCH):
+            out.append(seen)
+    return out
+
+
 def frames(lines):
     """{cycle: {"status", "token", "boot_id", "report" (text or None), "problem", "dt"}}
     from the console lines: each report checked against its length and md5."""
     found, current = {}, None
-    for stamp, text in lines:
+    for index, (stamp, text) in enumerate(lines):
         text = text.strip()
         begin = BEGIN.search(text)
         if begin:
@@ -220,7 +283,7 @@ def frames(lines):
                 report = None
             found[number] = {"status": int(current["status"]), "token": current["token"],
                              "boot_id": current["boot_id"], "report": report, "problem": problem,
-                             "dt": stamp, "begin_dt": current["begin_dt"]}
+                             "dt": stamp, "begin_dt": current["begin_dt"], "end_index": index}
             current = None
         else:
             current["chunks"].append(text)
@@ -234,13 +297,26 @@ def moment(stamp):
         return None
 
 
-def console_events(mode, evidence, stamp):
-    """What libvirt's events would have said, from the console: one firmware
-    S3 resume in the cycle's lines is one PMSuspended and one PMWakeup."""
+def console_events(mode, evidence, stamp, relaunches=0):
+    """What libvirt's events would have said, from the job log: one firmware
+    S3 resume in the cycle's lines is one PMSuspended and one PMWakeup; the
+    kernel entering S4 after marking its image is one PMSuspended-disk; each
+    QEMU launch of LAVA's inside the cycle is the domain stopping (and being
+    started again)."""
     resumes = sum(1 for line in evidence if S3_RESUME in line)
     events = []
     for _ in range(resumes):
         events += [[stamp, "pmsuspend", "lava-console"], [stamp, "pmwakeup", "lava-console"]]
+    marked = False
+    for line in evidence:
+        text = console.strip_timestamp(line.strip())
+        if text == IMAGE_MARKED:
+            marked = True
+        elif marked and text.startswith(S4_ENTER):
+            events.append([stamp, "pmsuspend-disk", "lava-console"])
+            marked = False
+    for _ in range(relaunches):
+        events += [[stamp, "stopped", "lava-relaunch"], [stamp, "started", "lava-relaunch"]]
     return events
 
 
@@ -252,6 +328,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
     lines = console_lines(entries)
     texts = [text for _, text in lines]
     found = frames(lines)
+    launches = qemu_launches(entries)
     records, lost = [], []
     device = job.get("device")
     for number, mode, knobs in plan:
@@ -260,9 +337,24 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
                   "lava_job": job_id, "guest": device, "worker": job.get("worker"),
                   "knobs": [list(k) for k in knobs]}
         frame = found.get(number)
-        if frame is None and not any(console.strip_timestamp(text).startswith(console.BEGIN.format(cycle=number))
-                                     for text in texts):
+        marker = console.BEGIN.format(cycle=number)
+        begin_index = next((index for index, text in enumerate(texts)
+                            if console.strip_timestamp(text.strip()).startswith(marker)), None)
+        if frame is None and begin_index is None:
             lost.append((number, mode, knobs))  # never started: it runs again in another job
+            continue
+        end_index = frame["end_index"] if frame else len(texts)
+        relaunches = sum(1 for at in launches if begin_index is not None and begin_index < at <= end_index)
+        if frame is None and mode.kind == "disk" and relaunches and any(
+                FRESH_BOOT in text for text in texts[begin_index:]):
+            # QEMU was launched again and the guest booted afresh instead of
+            # resuming the image: the kernel's failure, judged as libvirt's is.
+            evidence = console.cycle_lines(texts, number)
+            events = console_events(mode, evidence, time.time(), relaunches)
+            record.update(**{EVENTS_FIELD: events}, events_source=EVENTS_SOURCE, timeline=[])
+            record.update(judge_with_order(mode, None, 0, events, evidence, [], None, None))
+            record["evidence"] = evidence
+            records.append(record)
             continue
         if frame is None or frame["report"] is None:
             # It started and its report is gone (worker or QEMU killed, job
@@ -275,14 +367,12 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
             continue
         evidence = console.cycle_lines(texts, number) or texts[-80:]
         # The cycle runs from pmlab-cycle's kernel begin marker to the end of its frame.
-        marker = console.BEGIN.format(cycle=number)
-        began = next((stamp for stamp, text in lines if console.strip_timestamp(text).startswith(marker)),
-                     frame["begin_dt"])
+        began = lines[begin_index][0] if begin_index is not None else frame["begin_dt"]
         start, end = moment(began), moment(frame["dt"])
         stamp = end.timestamp() if end else time.time()
-        events = console_events(mode, evidence, stamp)
-        record.update(token=frame["token"], guest_boot_id=frame["boot_id"], libvirt_events=events,
-                      events_source="console (LAVA: no libvirt; one firmware S3 resume = suspend + wakeup)",
+        events = console_events(mode, evidence, stamp, relaunches)
+        record.update(token=frame["token"], guest_boot_id=frame["boot_id"], **{EVENTS_FIELD: events},
+                      events_source=EVENTS_SOURCE,
                       report=rundir.write_file(report_path(number), frame["report"], compress=True),
                       report_status=frame["status"], timeline=[])
         if start:
@@ -318,8 +408,9 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
     every cycle into `rundir` (lab.records.RunDir). Cycles a job never began
     are resubmitted up to `retries` times. Returns the final records, one
     per planned cycle."""
-    for _, mode, _ in plan:
+    for number, mode, knobs in plan:
         check_mode(mode)
+        check_knobs(number, knobs)
     run_id = run_id or rundir.run_id
     os.makedirs(rundir.file("lava"), exist_ok=True)
     final, pending, attempt, lost_in = {}, list(plan), 0, {}
@@ -328,7 +419,7 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         for part in split(pending, jobs):
             name = f"pmlab {rundir.run_id} cycles {part[0][0]}-{part[-1][0]}" + (f" retry {attempt}" if attempt else "")
             text = render_job(part, artifacts, name, tags)
-            job_id = submit(identity, text)
+            job_id = patiently(submit, identity, text, log=log)
             with open(rundir.file("lava", f"job-{job_id}.yaml"), "w") as out:
                 out.write(text)
             log(f"lava: job {job_id}: cycles {', '.join(str(n) for n, _, _ in part)}")
@@ -339,13 +430,13 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         while running:
             time.sleep(poll_seconds)
             for job_id in list(running):
-                job = job_state(identity, job_id)
+                job = patiently(job_state, identity, job_id, log=log)
                 if job.get("state") not in FINISHED:
                     continue
                 part = running.pop(job_id)
-                entries = job_log(identity, job_id)
+                entries = patiently(job_log, identity, job_id, log=log)
                 if job.get("device"):
-                    job["worker"] = device_worker(identity, job["device"])
+                    job["worker"] = patiently(device_worker, identity, job["device"], log=log)
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
                 records, lost = cycle_records(part, entries, run_id, job_id, job, rundir)
@@ -375,7 +466,7 @@ def plan_from(mode_specs, injections):
     from lab.run import parse_injections
     knobs = parse_injections(injections)
     names = modes.expand(mode_specs)
-    return [(number, check_mode(modes.mode_of(name)), tuple(knobs.get(number, ())))
+    return [(number, check_mode(modes.mode_of(name)), check_knobs(number, knobs.get(number, ())))
             for number, name in enumerate(names, start=1)]
 
 
