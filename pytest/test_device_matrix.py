@@ -61,7 +61,7 @@ ROWS = {
                         QUIESCE),
         "PMTS0004:00": (S3, QUIESCE),
     },
-    # the edu PCI device bound to pmtest_edu: every level through the PCI core
+    # the edu PCI device bound to pmtest_edu_pm: every level through the PCI core
     "edu": {EDU: (S3, QUIESCE)},
 }
 ALL_ROWS = {device: row for row, devices in ROWS.items() for device in devices}
@@ -334,16 +334,16 @@ def test_row_failed_restore_unwinds_in_the_boot_kernel(matrix, row, callback):
 
 
 # The edu device bound to the legacy PCI driver (pmtest_edu_legacy:
-# pci_driver.suspend/.resume), through sysfs, and back to pmtest_edu after.
+# pci_driver.suspend/.resume), through sysfs, and back to pmtest_edu_pm after.
 def guest_shell(matrix, command):
-    if matrix.session.guest is None:
-        assert matrix.cycle("pm_test-freezer").record["verdict"] == "pass"
+    if matrix.session.guest is None:  # a session boots its guest for a cycle
+        assert matrix("pm_test-freezer").record["verdict"] == "pass"
     guest = matrix.session.guest
     return guest.agent.wait(guest.agent.send(command), 30)
 
 
 def bind_edu(matrix, driver):
-    other = "pmtest_edu" if driver == "pmtest_edu_legacy" else "pmtest_edu_legacy"
+    other = "pmtest_edu_pm" if driver == "pmtest_edu_legacy" else "pmtest_edu_legacy"
     link = f"/sys/bus/pci/devices/{EDU}/driver"
     reply = guest_shell(matrix, f"[ \"$(basename $(readlink {link}))\" = {driver} ] || "
                                 f"{{ echo {EDU} > /sys/bus/pci/drivers/{other}/unbind && "
@@ -356,7 +356,7 @@ def bind_edu(matrix, driver):
 def legacy_edu(matrix):
     bind_edu(matrix, "pmtest_edu_legacy")
     yield matrix
-    bind_edu(matrix, "pmtest_edu")
+    bind_edu(matrix, "pmtest_edu_pm")
 
 
 def bound_in_trace(seen):
@@ -377,7 +377,7 @@ def test_legacy_pci_driver_suspends_and_resumes(legacy_edu, mode):
 
 def test_legacy_pci_driver_hibernates(legacy_edu):
     """The image kernel's legacy driver gets PMSG_FREEZE, then ->resume for
-    the restore; the boot kernel loaded pmtest afresh, so pmtest_edu
+    the restore; the boot kernel loaded pmtest afresh, so pmtest_edu_pm
     quiesces the device there."""
     seen = legacy_edu("disk")
     assert_went_through(seen, [EDU])

@@ -103,7 +103,7 @@ FULL_S3 = ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume_noirq"
            "resume_early", "resume", "complete"]
 EXPECTED_S3 = {"pmtest_full": FULL_S3, "pmtest_compat": FULL_S3,
                "pmtest_legacy": ["suspend", "resume"],
-               "pmtest_edu": FULL_S3,
+               "pmtest_edu_pm": FULL_S3,
                # the device matrix (pytest/test_device_matrix.py has its rules)
                "pmtest_async": FULL_S3, "pmtest_acpi": FULL_S3, "pmtest_domain": FULL_S3, "pmtest_pm_domain": FULL_S3,
                "pmtest_genpd": FULL_S3,
@@ -168,7 +168,7 @@ def test_s3_logs_every_callback_of_every_pmtest_device_in_rule_order(lab_run, pa
         assert all(c.ret == (1 if c.callback == "prepare" and driver in PREPARE_1 else 0)
                    for c in device_calls), device
     assert drivers == {"pmtest_full": PLATFORM_DEVICES, "pmtest_compat": PLATFORM_DEVICES,
-                       "pmtest_legacy": PLATFORM_DEVICES, "pmtest_edu": 1, **MATRIX_DEVICES}
+                       "pmtest_legacy": PLATFORM_DEVICES, "pmtest_edu_pm": 1, **MATRIX_DEVICES}
     trace_calls, parents = oracle.from_trace(sections["trace"])
     assert oracle.judge(calls, oracle.pmtest_parents(calls, oracle.tree_from_trace(parents))) == []
     # "<device>/pd", "<device>/type" and pmtest_syscore are no kernel devices
@@ -195,7 +195,7 @@ def test_hibernation_boot_kernel_quiesces_full_driver_and_freezes_compat(lab_run
     expected = {"pmtest_full": quiesce,
                 "pmtest_compat": ["prepare", "freeze", "freeze_late", "freeze_noirq"],
                 "pmtest_legacy": ["suspend"],
-                "pmtest_edu": quiesce,
+                "pmtest_edu_pm": quiesce,
                 **{driver: quiesce for driver in MATRIX_DEVICES if driver != "pmtest_syscore"},
                 "pmtest_syscore": ["syscore_suspend"]}
     seen = set()

@@ -27,8 +27,9 @@ def tree(name="report-mem.txt.gz"):
     return oracle.tree_from_trace(oracle.from_trace(sections(name)["trace"])[1])
 
 
-# The recordings were made with pmtest's edu driver of level 1 callbacks only.
-RECORDED_BOUND = {"0000:00:10.0": "pmtest_edu_level1"}
+# The recordings' edu driver, as their traces name it (pmtest_edu: level 1
+# callbacks only).
+RECORDED_BOUND = {"0000:00:10.0": "pmtest_edu"}
 
 
 def verdict(lines, name="report-mem.txt.gz"):

@@ -280,4 +280,10 @@ def test_edu_identity_is_the_driver_the_trace_shows_bound():
     assert edu(bound, legacy) == []
     # the same records from the dev_pm_ops driver miss ->prepare and levels
     assert edu({}, legacy) != []
-    assert edu({}, [("prepare", "suspend")] + FULL + [("complete", "resume")]) == []
+    every_level = [("prepare", "suspend")] + FULL + [("complete", "resume")]
+    assert edu({}, every_level) == []
+    # an older pmtest's edu driver (recorded runs) had level 1 callbacks only
+    level1 = [("prepare", "suspend"), ("suspend", "suspend"), ("resume", "resume"), ("complete", "resume")]
+    assert edu({"0000:00:10.0": "pmtest_edu"}, level1) == []
+    assert oracle.observe.pmtest_driver("0000:00:10.0") == "pmtest_edu_pm"
+    assert oracle.loaded_drivers({"0000:00:10.0": "pmtest_edu_legacy"}) == {"0000:00:10.0": "pmtest_edu_pm"}

@@ -16,6 +16,8 @@ from lab import trace as trace_mod
 
 from . import rules
 
+# The driver pmtest binds QEMU's edu device to at load.
+EDU_DEFAULT = "pmtest_edu_pm"
 PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy|async))\.(?P<id>\d{1,20})$")
 # pmtest devices named by others: the ACPI core names the devices of the
@@ -62,14 +64,14 @@ class Call:
 def pmtest_driver(device, bound=None):
     """The rules.DRIVERS identity of a pmtest device.  A PCI device is the
     edu device, whose identity is the driver bound to it (`bound`, from
-    bound_drivers(): pmtest_edu or pmtest_edu_legacy), pmtest_edu when the
-    trace does not say."""
+    bound_drivers(): pmtest_edu_pm, pmtest_edu_legacy, or an older
+    module's pmtest_edu), EDU_DEFAULT when nothing says."""
     match = PMTEST_NAME.match(device)
     if match:
         return match["driver"]
     if PCI_NAME.match(device):
         driver = (bound or {}).get(device)
-        return driver if driver in rules.DRIVERS else "pmtest_edu"
+        return driver if driver in rules.DRIVERS else EDU_DEFAULT
     for pattern, driver in PMTEST_OTHER_NAMES:
         if pattern.match(device):
             return driver
@@ -85,6 +87,15 @@ def bound_drivers(trace_calls):
         if PCI_NAME.match(name) and driver:
             bound[name] = driver.rstrip(")")
     return bound
+
+
+def loaded_drivers(bound):
+    """What a kernel that loaded the same pmtest module binds: its default
+    edu driver, where `bound` (another kernel's) has the edu device moved to
+    pmtest_edu_legacy (the boot kernel of a restore loads the module
+    afresh)."""
+    return {device: EDU_DEFAULT if driver == "pmtest_edu_legacy" else driver
+            for device, driver in bound.items()}
 
 
 def from_pmtest(text, bound=None):

@@ -88,15 +88,14 @@ PROVIDERS = {
 DRIVERS = {
     "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
     "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61, "provider": "bus"},
-    # QEMU's edu PCI device (pmtest_edu.c): bound to pmtest_edu (dev_pm_ops,
-    # every level) or to pmtest_edu_legacy (pci_driver.suspend/.resume, which
-    # the PCI core calls at level 1 only); the trace names the driver bound
-    # (observe.bound_drivers()).
-    "pmtest_edu": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
+    # QEMU's edu PCI device (pmtest_edu.c): bound to pmtest_edu_pm
+    # (dev_pm_ops, every level) or to pmtest_edu_legacy (pci_driver.suspend/
+    # .resume, which the PCI core calls at level 1 only); the trace names the
+    # driver bound (observe.bound_drivers()).  pmtest_edu is the level 1
+    # driver of earlier pmtest versions, for runs recorded with it.
+    "pmtest_edu_pm": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
     "pmtest_edu_legacy": {"legacy": True},
-    # pmtest_edu before it had late/early and noirq callbacks, for output
-    # recorded with it (pytest/recordings) and judged with that binding
-    "pmtest_edu_level1": {"callbacks": frozenset((
+    "pmtest_edu": {"callbacks": frozenset((
         "prepare", "complete", "suspend", "resume", "freeze", "thaw",
         "poweroff", "restore", "quiesce", "recover")), "provider": "bus"},
     "pmtest_legacy": {"legacy": True},

@@ -24,16 +24,19 @@
  * late and noirq paths call into a driver, and so that faults can be
  * injected at every level.
  *
- * Two drivers match the device.  pmtest_edu (dev_pm_ops) is registered
+ * Two drivers match the device.  pmtest_edu_pm (dev_pm_ops) is registered
  * first and binds it at load; pmtest_edu_legacy has the legacy
  * pci_driver.suspend/.resume (the PCI core's pci_legacy_suspend() path) and
- * binds it once it is unbound from pmtest_edu and bound to it through sysfs:
+ * binds it once it is unbound from pmtest_edu_pm and bound to it through
+ * sysfs:
  *
- *   echo 0000:00:10.0 > /sys/bus/pci/drivers/pmtest_edu/unbind
+ *   echo 0000:00:10.0 > /sys/bus/pci/drivers/pmtest_edu_pm/unbind
  *   echo 0000:00:10.0 > /sys/bus/pci/drivers/pmtest_edu_legacy/bind
  *
  * Its ->suspend logs the pm_message_t event it is given, its ->resume the
- * event of the phase.
+ * event of the phase.  (Before pmtest_edu_pm had late/early and noirq
+ * callbacks it was called pmtest_edu: the driver name the trace records is
+ * how the lab's oracle tells which callbacks a recorded run's driver had.)
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -489,7 +492,7 @@ static const struct pci_device_id pmtest_edu_ids[] = {
 MODULE_DEVICE_TABLE(pci, pmtest_edu_ids);
 
 static struct pci_driver pmtest_edu_driver = {
-	.name = "pmtest_edu",
+	.name = "pmtest_edu_pm",
 	.id_table = pmtest_edu_ids,
 	.probe = pmtest_edu_probe,
 	.remove = pmtest_edu_remove,
@@ -536,7 +539,7 @@ int pmtest_edu_init(struct dentry *root, bool quiesce)
 	debugfs_create_file("edu_state", 0444, root, NULL,
 			    &pmtest_edu_state_fops);
 
-	/* pmtest_edu first: it binds the device at load. */
+	/* pmtest_edu_pm first: it binds the device at load. */
 	ret = pci_register_driver(&pmtest_edu_driver);
 	if (ret)
 		return ret;
