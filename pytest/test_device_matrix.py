@@ -18,6 +18,9 @@ EIO = -5
 S3 = ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume_noirq", "resume_early",
       "resume", "complete"]
 QUIESCE = ["prepare", "quiesce", "quiesce_late", "quiesce_noirq"]
+SMART_SKIPPED = ["prepare", "suspend", "rpm_suspended", "resume_noirq", "resume_early", "resume",
+                 "complete"]
+EDU = "0000:00:10.0"  # QEMU's edu device (lab/virt.py addr=0x10)
 FREEZE_THEN_RECOVER = ["prepare", "freeze", "freeze_late", "freeze_noirq", "recover_noirq",
                        "recover_early", "recover", "complete"]
 
@@ -44,6 +47,22 @@ ROWS = {
         "pmtest_direct.0": (["prepare", "complete"], QUIESCE),
         "pmtest_no_direct.0": (S3, QUIESCE),
     },
+    # ACPI devices with SMART_PREPARE | SMART_SUSPEND (PMTS0002, runtime-
+    # suspended; PMTS0004, active) and MAY_SKIP_RESUME too (PMTS0003,
+    # runtime-suspended), per mode: in S3 acpi_subsys_suspend() runtime-
+    # resumes them (no _S3D: acpi_dev_needs_resume()), in s2idle it leaves
+    # them suspended and the late and noirq levels are skipped; resumed at
+    # those levels unless MAY_SKIP_RESUME.  Freeze and quiesce resume them.
+    "acpi_smart": {
+        "PMTS0002:00": ({"mem": S3, "freeze": SMART_SKIPPED}, QUIESCE),
+        "PMTS0003:00": ({"mem": ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume",
+                                 "complete"],
+                         "freeze": ["prepare", "suspend", "rpm_suspended", "resume", "complete"]},
+                        QUIESCE),
+        "PMTS0004:00": (S3, QUIESCE),
+    },
+    # the edu PCI device bound to pmtest_edu_pm: every level through the PCI core
+    "edu": {EDU: (S3, QUIESCE)},
 }
 ALL_ROWS = {device: row for row, devices in ROWS.items() for device in devices}
 
@@ -78,6 +97,7 @@ def test_row_suspends_and_resumes(matrix, row, mode):
     seen = matrix.cycle(mode)
     assert_went_through(seen, ROWS[row])
     for device, (expected, _) in ROWS[row].items():
+        expected = expected[mode] if isinstance(expected, dict) else expected
         assert seen.callbacks(device) == expected, (device, seen.explain())
     # the trace saw the PM core call every device of the row
     trace, _ = oracle.from_trace(seen.sections["trace"])
@@ -201,6 +221,12 @@ def knob(matrix, name, text):
     ("fault", "pmtest_direct.0/pd suspend -5 1", "No such device"),        # in no pmtest domain
     ("fault", "PMTS0001:07 suspend -5 1", "No such device"),
     ("child", "pmtest_full.1 prepare 17", "Invalid argument"),             # past PMTEST_CHILD_MAX
+    ("child", "PMTS0002:00 prepare", "Invalid argument"),                  # the firmware's children
+    ("fault", "PMTS0004:00/pd suspend_late -5 1", "No such device"),       # in ACPI's domain, not ours
+    ("fault", "PMTS0002:00 rpm_suspended -5 1", "Invalid argument"),       # a log record, no callback
+    ("fault", "PMTS0009:00 suspend -5 1", "No such device"),
+    ("child", f"{EDU} prepare", "Invalid argument"),                       # the PCI core's children
+    ("fault", f"{EDU}/type suspend_noirq -5 1", "No such device"),         # no pmtest type
 ])
 def test_knob_for_the_wrong_provider_is_refused_and_changes_nothing(matrix, name, text, error):
     if matrix.session.guest is None:
@@ -227,7 +253,7 @@ def test_knobs_reach_every_new_provider(matrix):
 FAULT_DEVICES = {"acpi": "PMTS0001:01", "pm_domain": "pmtest_domain.1", "genpd": "pmtest_genpd.1",
                  "type": "pmtest_typed.1",
                  "class": "pmtest_class.1", "async": "pmtest_async.7",
-                 "dpm_flags": "pmtest_no_direct.0"}
+                 "dpm_flags": "pmtest_no_direct.0", "acpi_smart": "PMTS0004:00", "edu": EDU}
 UNWIND = {
     "suspend": ["prepare", "suspend", "complete"],
     "suspend_late": ["prepare", "suspend", "suspend_late", "resume", "complete"],
@@ -305,3 +331,76 @@ def test_row_failed_restore_unwinds_in_the_boot_kernel(matrix, row, callback):
     assert found == [], "\n".join(str(v) for v in found)
     assert seen.callbacks(device, boot) == unwind("quiesce", "recover", callback), seen.explain()
     assert any("pmlab-init: no hibernation image" in line for line in seen.record["evidence"])
+
+
+# The edu device bound to the legacy PCI driver (pmtest_edu_legacy:
+# pci_driver.suspend/.resume), through sysfs, and back to pmtest_edu_pm after.
+def guest_shell(matrix, command):
+    if matrix.session.guest is None:  # a session boots its guest for a cycle
+        assert matrix("pm_test-freezer").record["verdict"] == "pass"
+    guest = matrix.session.guest
+    return guest.agent.wait(guest.agent.send(command), 30)
+
+
+def bind_edu(matrix, driver):
+    other = "pmtest_edu_pm" if driver == "pmtest_edu_legacy" else "pmtest_edu_legacy"
+    link = f"/sys/bus/pci/devices/{EDU}/driver"
+    reply = guest_shell(matrix, f"[ \"$(basename $(readlink {link}))\" = {driver} ] || "
+                                f"{{ echo {EDU} > /sys/bus/pci/drivers/{other}/unbind && "
+                                f"echo {EDU} > /sys/bus/pci/drivers/{driver}/bind; }}; "
+                                f"basename $(readlink {link})")
+    assert reply.status == 0 and reply.output.strip() == driver, reply
+
+
+@pytest.fixture
+def legacy_edu(matrix):
+    bind_edu(matrix, "pmtest_edu_legacy")
+    yield matrix
+    bind_edu(matrix, "pmtest_edu_pm")
+
+
+def bound_in_trace(seen):
+    return oracle.bound_drivers(oracle.from_trace(seen.sections["trace"])[0]).get(EDU)
+
+
+@pytest.mark.parametrize("mode", ["mem", "freeze"])
+def test_legacy_pci_driver_suspends_and_resumes(legacy_edu, mode):
+    """pci_legacy_suspend() hands it PMSG_SUSPEND, pci_legacy_resume() calls
+    ->resume; the PCI core runs no driver code at the other levels.  The
+    oracle takes the device as pmtest_edu_legacy because the trace shows
+    that driver bound."""
+    seen = legacy_edu(mode)
+    assert_went_through(seen, [EDU])
+    assert bound_in_trace(seen) == "pmtest_edu_legacy"
+    assert seen.sequence(EDU) == [("suspend", "suspend", 0), ("resume", "resume", 0)], seen.explain()
+
+
+def test_legacy_pci_driver_hibernates(legacy_edu):
+    """The image kernel's legacy driver gets PMSG_FREEZE, then ->resume for
+    the restore; the boot kernel loaded pmtest afresh, so pmtest_edu_pm
+    quiesces the device there."""
+    seen = legacy_edu("disk")
+    assert_went_through(seen, [EDU])
+    assert seen.sequence(EDU) == [("suspend", "freeze", 0), ("resume", "restore", 0)], seen.explain()
+    assert len(seen.console_kernels) == 1, seen.explain()
+    assert seen.callbacks(EDU, seen.console_kernels[0]) == QUIESCE
+
+
+@pytest.mark.parametrize("mode,callback,expected", [
+    ("mem", "suspend", [("suspend", "suspend", EIO)]),
+    ("mem", "resume", [("suspend", "suspend", 0), ("resume", "resume", EIO)]),
+    ("disk", "suspend", [("suspend", "freeze", EIO)]),
+])
+def test_legacy_pci_driver_failure_unwinds(legacy_edu, mode, callback, expected):
+    seen = legacy_edu(mode, [("fault", f"{EDU} {callback} {EIO} 1")], expect="fail")
+    assert seen.record["verdict"] == "fail", seen.explain()
+    assert seen.violations() == [], seen.explain()
+    assert seen.sequence(EDU) == expected, seen.explain()
+
+
+@pytest.mark.parametrize("callback", ["suspend_late", "suspend_noirq", "resume_early",
+                                      "resume_noirq", "prepare", "freeze"])
+def test_legacy_pci_driver_refuses_knobs_for_levels_it_does_not_have(legacy_edu, callback):
+    reply, before, after = knob(legacy_edu, "fault", f"{EDU} {callback} -5 1")
+    assert reply.status != 0 and "Invalid argument" in reply.output, reply
+    assert after == before

@@ -103,7 +103,7 @@ FULL_S3 = ["prepare", "suspend", "suspend_late", "suspend_noirq", "resume_noirq"
            "resume_early", "resume", "complete"]
 EXPECTED_S3 = {"pmtest_full": FULL_S3, "pmtest_compat": FULL_S3,
                "pmtest_legacy": ["suspend", "resume"],
-               "pmtest_edu": ["prepare", "suspend", "resume", "complete"],
+               "pmtest_edu_pm": FULL_S3,
                # the device matrix (pytest/test_device_matrix.py has its rules)
                "pmtest_async": FULL_S3, "pmtest_acpi": FULL_S3, "pmtest_domain": FULL_S3, "pmtest_pm_domain": FULL_S3,
                "pmtest_genpd": FULL_S3,
@@ -111,12 +111,19 @@ EXPECTED_S3 = {"pmtest_full": FULL_S3, "pmtest_compat": FULL_S3,
                "pmtest_skip_resume": ["prepare", "suspend", "suspend_late", "suspend_noirq",
                                       "resume", "complete"],
                "pmtest_direct": ["prepare", "complete"], "pmtest_no_direct": FULL_S3,
+               # SMART_SUSPEND: ACPI's acpi_subsys_suspend() resumes them for S3
+               # (no _S3D/_PS0: acpi_dev_needs_resume()); MAY_SKIP_RESUME skips
+               # resume_noirq/early
+               "pmtest_acpi_smart": FULL_S3,
+               "pmtest_acpi_smart_skip": ["prepare", "suspend", "suspend_late", "suspend_noirq",
+                                          "resume", "complete"],
                "pmtest_syscore": ["syscore_suspend", "syscore_resume"]}
 PLATFORM_DEVICES = 7  # depth 2, fanout 2 per driver
 MATRIX_DEVICES = {"pmtest_async": 15, "pmtest_acpi": 2, "pmtest_domain": 3, "pmtest_pm_domain": 3,
                   "pmtest_genpd": 3,
                   "pmtest_typed": 3, "pmtest_type_ops": 3, "pmtest_class": 2,
                   "pmtest_skip_resume": 1, "pmtest_direct": 1, "pmtest_no_direct": 1,
+                  "pmtest_acpi_smart": 2, "pmtest_acpi_smart_skip": 1,
                   "pmtest_syscore": 1}
 # ->prepare returns 1 to ask for direct_complete
 PREPARE_1 = {"pmtest_direct", "pmtest_no_direct"}
@@ -161,7 +168,7 @@ def test_s3_logs_every_callback_of_every_pmtest_device_in_rule_order(lab_run, pa
         assert all(c.ret == (1 if c.callback == "prepare" and driver in PREPARE_1 else 0)
                    for c in device_calls), device
     assert drivers == {"pmtest_full": PLATFORM_DEVICES, "pmtest_compat": PLATFORM_DEVICES,
-                       "pmtest_legacy": PLATFORM_DEVICES, "pmtest_edu": 1, **MATRIX_DEVICES}
+                       "pmtest_legacy": PLATFORM_DEVICES, "pmtest_edu_pm": 1, **MATRIX_DEVICES}
     trace_calls, parents = oracle.from_trace(sections["trace"])
     assert oracle.judge(calls, oracle.pmtest_parents(calls, oracle.tree_from_trace(parents))) == []
     # "<device>/pd", "<device>/type" and pmtest_syscore are no kernel devices
@@ -187,7 +194,8 @@ def test_hibernation_boot_kernel_quiesces_full_driver_and_freezes_compat(lab_run
     quiesce = ["prepare", "quiesce", "quiesce_late", "quiesce_noirq"]
     expected = {"pmtest_full": quiesce,
                 "pmtest_compat": ["prepare", "freeze", "freeze_late", "freeze_noirq"],
-                "pmtest_legacy": ["suspend"], "pmtest_edu": ["prepare", "quiesce"],
+                "pmtest_legacy": ["suspend"],
+                "pmtest_edu_pm": quiesce,
                 **{driver: quiesce for driver in MATRIX_DEVICES if driver != "pmtest_syscore"},
                 "pmtest_syscore": ["syscore_suspend"]}
     seen = set()

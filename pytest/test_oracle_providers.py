@@ -29,7 +29,10 @@ def test_names_of_pmtest_devices_outside_the_platform_trees():
     assert oracle.observe.pmtest_driver("PMTS0001:00") == "pmtest_acpi"
     assert oracle.observe.pmtest_driver("PMTS0001:1f") == "pmtest_acpi"
     assert oracle.observe.pmtest_driver("pmtest_syscore") == "pmtest_syscore"
-    assert oracle.observe.pmtest_driver("PMTS0002:00") is None
+    assert oracle.observe.pmtest_driver("PMTS0002:00") == "pmtest_acpi_smart"
+    assert oracle.observe.pmtest_driver("PMTS0003:00") == "pmtest_acpi_smart_skip"
+    assert oracle.observe.pmtest_driver("PMTS0004:00") == "pmtest_acpi_smart"
+    assert oracle.observe.pmtest_driver("PMTS0005:00") is None
 
 
 def test_every_driver_has_a_known_provider_and_every_provider_passes_events_on():
@@ -200,3 +203,87 @@ def test_trace_of_a_failed_syscore_suspend_is_judged_with_the_failure():
     alone = oracle.judge(trace_calls, parents)
     assert alone and {v.rule for v in alone} == {"undo"}
     assert all("recover" in v.message for v in alone)
+
+
+# DPM_FLAG_SMART_SUSPEND (rules.SMART_SUSPEND_SKIPS, SMART_RESUME_SKIPS):
+# what the guests' pmtest logs show for PMTS0002 (SMART_PREPARE |
+# SMART_SUSPEND) and PMTS0003 (with MAY_SKIP_RESUME) left runtime-suspended
+# by acpi_subsys_suspend() in suspend-to-idle.
+def smart(device, event, middle, undo="resume"):
+    return ([(device, "prepare", event, 0)] + [(device, cb, ev, 0) for cb, ev in middle]
+            + [(device, "complete", undo, 0)])
+
+
+SMART_S2IDLE = [("suspend", "suspend"), ("rpm_suspended", "suspend"),
+                ("resume_noirq", "resume"), ("resume_early", "resume"), ("resume", "resume")]
+SMART_SKIP_S2IDLE = [("suspend", "suspend"), ("rpm_suspended", "suspend"), ("resume", "resume")]
+FULL = [("suspend", "suspend"), ("suspend_late", "suspend"), ("suspend_noirq", "suspend"),
+        ("resume_noirq", "resume"), ("resume_early", "resume"), ("resume", "resume")]
+
+
+def test_smart_suspend_device_left_runtime_suspended_skips_late_and_noirq_and_is_resumed():
+    assert verdict(smart("PMTS0002:00", "suspend", SMART_S2IDLE)) == []
+    # MAY_SKIP_RESUME too: power.must_resume stays false, nothing below ->resume
+    assert verdict(smart("PMTS0003:00", "suspend", SMART_SKIP_S2IDLE)) == []
+    # not runtime-suspended (the domain resumed it, S3): every level
+    assert verdict(smart("PMTS0002:00", "suspend", FULL)) == []
+    assert verdict(smart("PMTS0003:00", "suspend", FULL[:3] + [("resume", "resume")])) == []
+
+
+def test_smart_suspend_wrong_skip_or_wrong_run_is_flagged():
+    # runtime-suspended, yet suspend_late ran
+    ran = SMART_S2IDLE[:2] + [("suspend_late", "suspend"), ("suspend_noirq", "suspend")] + SMART_S2IDLE[2:]
+    assert "smart-suspend" in {v.rule for v in verdict(smart("PMTS0002:00", "suspend", ran))}
+    # active, yet the late and noirq levels were skipped (while another
+    # device shows the transition went that deep)
+    skipped = [FULL[0]] + FULL[3:]
+    active, wrong = smart("PMTS0004:00", "suspend", FULL), smart("PMTS0002:00", "suspend", skipped)
+    found = verdict(active[:1] + wrong[:1] + active[1:-1] + wrong[1:-1] + active[-1:] + wrong[-1:])
+    assert "missing" in {v.rule for v in found}
+    # skipped, but not resumed at the skipped levels though must_resume is set
+    found = verdict(smart("PMTS0002:00", "suspend", SMART_SKIP_S2IDLE))
+    assert [v.rule for v in found] == ["smart-resume"], found
+    # MAY_SKIP_RESUME, but resume_noirq ran
+    found = verdict(smart("PMTS0003:00", "suspend", SMART_S2IDLE))
+    assert [v.rule for v in found] == ["smart-resume"], found
+
+
+def test_acpi_domain_must_runtime_resume_smart_devices_for_freeze():
+    frozen = [("freeze", "freeze"), ("rpm_suspended", "freeze"), ("thaw", "thaw")]
+    found = verdict(smart("PMTS0002:00", "freeze", frozen, "thaw"))
+    assert "smart-suspend" in {v.rule for v in found}
+    full = [("freeze", "freeze"), ("freeze_late", "freeze"), ("freeze_noirq", "freeze"),
+            ("thaw_noirq", "thaw"), ("thaw_early", "thaw"), ("thaw", "thaw")]
+    assert verdict(smart("PMTS0002:00", "freeze", full, "thaw")) == []
+
+
+def test_smart_resume_levels_per_undo_event():
+    assert rules.smart_resume_levels("pmtest_acpi_smart", "resume", [1], True) == [3, 2, 1]
+    assert rules.smart_resume_levels("pmtest_acpi_smart_skip", "resume", [1], True) == [1]
+    assert rules.smart_resume_levels("pmtest_acpi_smart", "thaw", [1], True) == [1]
+    assert rules.smart_resume_levels("pmtest_acpi_smart", "recover", [1], True) == [1]
+    assert rules.smart_resume_levels("pmtest_acpi_smart", "restore", [1], True) == [3, 2, 1]
+
+
+def edu(bound, records):
+    lines = [f"pmtest: seq={n} t={n} dev=0000:00:10.0 cb={cb} event={event} ret=0"
+             for n, (cb, event) in enumerate(records, 1)]
+    calls = oracle.from_pmtest("\n".join(lines), bound)
+    return oracle.judge(calls, {})
+
+
+def test_edu_identity_is_the_driver_the_trace_shows_bound():
+    trace = [oracle.Call(0, "0000:00:10.0 (pmtest_edu_legacy)", "suspend", "suspend", 0, "trace")]
+    bound = oracle.bound_drivers(trace)
+    assert bound == {"0000:00:10.0": "pmtest_edu_legacy"}
+    legacy = [("suspend", "suspend"), ("resume", "resume")]
+    assert edu(bound, legacy) == []
+    # the same records from the dev_pm_ops driver miss ->prepare and levels
+    assert edu({}, legacy) != []
+    every_level = [("prepare", "suspend")] + FULL + [("complete", "resume")]
+    assert edu({}, every_level) == []
+    # an older pmtest's edu driver (recorded runs) had level 1 callbacks only
+    level1 = [("prepare", "suspend"), ("suspend", "suspend"), ("resume", "resume"), ("complete", "resume")]
+    assert edu({"0000:00:10.0": "pmtest_edu"}, level1) == []
+    assert oracle.observe.pmtest_driver("0000:00:10.0") == "pmtest_edu_pm"
+    assert oracle.loaded_drivers({"0000:00:10.0": "pmtest_edu_legacy"}) == {"0000:00:10.0": "pmtest_edu_pm"}

@@ -257,8 +257,9 @@ def check_report(text):
     assert all(isinstance(v, int) and v > 0 for v in out["wakeup_delta"].values())
     out["trace"] = check_trace(parts.get("trace", ""))
     out["pmtest"] = check_pmtest(parts.get("pmtest_log"))
-    out["oracle_pmtest"] = check_calls(observe.from_pmtest(parts.get("pmtest_log", "")))
     trace_calls, parents = observe.from_trace(parts.get("trace", ""))
+    bound = observe.bound_drivers(trace_calls)
+    out["oracle_pmtest"] = check_calls(observe.from_pmtest(parts.get("pmtest_log", ""), bound))
     out["oracle_trace"] = check_calls(trace_calls)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in parents.items())
     out["oracle_parents"] = parents

@@ -11,7 +11,8 @@ from lab import guest_report
 
 from . import rules
 from .judge import judge
-from .observe import from_pmtest, from_trace, pmtest_parents, split_kernels, tree_from_trace
+from .observe import (bound_drivers, from_pmtest, from_trace, loaded_drivers, pmtest_parents,
+                      split_kernels, tree_from_trace)
 
 
 def with_syscore_failures(trace_calls, pmtest_calls):
@@ -42,12 +43,15 @@ def judge_cycle(report_text, console_lines):
     # The pmtest tree as the kernel reported it; the boot kernel of a
     # restore loaded the module with the same parameters as the image kernel.
     tree = tree_from_trace(parents)
-    calls = from_pmtest(sections.get("pmtest_log", ""))
+    # the edu device's driver, as bound in the reporting kernel; the boot
+    # kernel of a restore binds it as the module loads it
+    bound = bound_drivers(trace_calls)
+    calls = from_pmtest(sections.get("pmtest_log", ""), bound)
     violations += judge(calls, pmtest_parents(calls, tree))
     counts["pmtest_log"] = len(calls)
     violations += judge(with_syscore_failures(trace_calls, calls), parents)
     counts["trace"] = len(trace_calls)
-    console_calls = from_pmtest("\n".join(console_lines or ()))
+    console_calls = from_pmtest("\n".join(console_lines or ()), loaded_drivers(bound))
     for kernel in split_kernels(console_calls):
         violations += judge(kernel, pmtest_parents(kernel, tree))
     counts["console"] = len(console_calls)

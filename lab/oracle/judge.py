@@ -54,7 +54,7 @@ def transitions(calls):
     completed = suspended = prepare_failed = False
     for call in calls:
         starts = call.callback == "prepare" or _is_suspend_side(call) or (
-            call.driver == "pmtest_legacy" and call.callback == "suspend")
+            rules.is_legacy(call.driver) and call.callback == "suspend")
         if current and starts and completed:
             groups.append(current)
             current, completed, suspended, prepare_failed = [], False, False, False
@@ -66,7 +66,7 @@ def transitions(calls):
         if call.callback == "complete" and (suspended or prepare_failed):
             completed = True
         if _is_suspend_side(call) or call.callback == "resume" or (
-                call.driver == "pmtest_legacy" and call.callback in ("suspend", "resume")):
+                rules.is_legacy(call.driver) and call.callback in ("suspend", "resume")):
             suspended = True
     if current:
         groups.append(current)
@@ -75,7 +75,7 @@ def transitions(calls):
 
 def _level_of(call):
     """(side, level) for a call, legacy suspend/resume being level 1."""
-    if call.driver == "pmtest_legacy" and call.callback in ("suspend", "resume"):
+    if rules.is_legacy(call.driver) and call.callback in ("suspend", "resume"):
         return call.callback, 1
     side, level, _ = rules.side_of(call.callback, call.event)
     return side, level
@@ -143,7 +143,7 @@ class _Transition:
         for call in self.calls:
             side, level = _level_of(call)
             if side in ("prepare", "suspend") and call.event != self.event:
-                what = "message" if call.driver == "pmtest_legacy" else "event"
+                what = "message" if rules.is_legacy(call.driver) else "event"
                 self.flag("event", call, f"{call.callback} with {what} {call.event} in a "
                           f"{self.event} transition")
             elif side == "resume" and call.event not in undo:
@@ -174,15 +174,19 @@ class _Transition:
         reprepares = 0      # ->complete + ->prepare for a child, bounded
         reached, resumed, failed_at = [], [], None
         suspend_started = False
-        legacy = calls[0].driver == "pmtest_legacy"
+        legacy = rules.is_legacy(calls[0].driver)
         # Every level of the device is in the record: its pmtest log, or the
         # trace of a driver with a callback at every level.
         strict = calls[0].source == "pmtest" or calls[0].driver in rules.EVERY_LEVEL_IN_TRACE
         driver = rules.DRIVERS.get(calls[0].driver, {})
         direct_complete = False  # positive ->prepare, and the driver's row takes it
+        smart_skipped = False    # DPM_FLAG_SMART_SUSPEND and still runtime-suspended
         for call in calls:
             self._expected_callback(call)
             side, level = _level_of(call)
+            if call.callback == rules.RPM_SUSPENDED:
+                smart_skipped = self._rpm_suspended(call, driver)
+                continue
             if side == "prepare":
                 if prepared:
                     self.flag("prepare", call, "prepared again without ->complete")
@@ -210,10 +214,12 @@ class _Transition:
                         self.flag("prepare", call, f"completed for a re-prepare {reprepares} "
                                   f"times; the bound is {rules.PREPARE_CHILD_RETRIES}")
                     continue
-                if strict and not self._mirrors(driver, reached, resumed):
+                if driver.get("smart_suspend") and strict:
+                    self._smart_resume(call, reached, resumed, smart_skipped)
+                elif strict and not self._mirrors(driver, reached, resumed):
                     self.flag("mirror", call, f"resume levels {resumed} do not mirror the "
                               f"suspend levels {reached} before ->complete")
-                self._all_levels(call, driver, reached, direct_complete)
+                self._all_levels(call, driver, reached, direct_complete, smart_skipped)
             elif side in ("suspend", "resume") and direct_complete:
                 self.flag("direct-complete", call, f"{call.callback} after a ->prepare that "
                           f"returned {1} for a runtime-suspended device: the core completes it "
@@ -225,6 +231,10 @@ class _Transition:
                 retry_child = None  # past the bound: taken as prepared
                 if not prepared and not legacy and strict:
                     self.flag("prepare", call, f"{call.callback} without a successful ->prepare")
+                if smart_skipped and level in rules.SMART_SUSPEND_SKIPS:
+                    self.flag("smart-suspend", call, f"{call.callback} ran for a DPM_FLAG_SMART_"
+                              f"SUSPEND device left runtime-suspended by its level 1 callback: "
+                              f"the core skips its late and noirq callbacks")
                 if failed_at is not None:
                     self.flag("after-failure", call, f"{call.callback} after a failed callback")
                 elif reached and level <= reached[-1]:
@@ -249,7 +259,8 @@ class _Transition:
                     self.flag("level", call, f"{call.callback} after resume level {resumed[-1]}")
                 resumed.append(level)
             elif side == "resume":
-                if level not in reached:
+                if level not in reached and not (smart_skipped
+                                                 and level in rules.SMART_SUSPEND_SKIPS):
                     self.flag("resume", call, f"{call.callback} for a level the device did not "
                               f"suspend successfully (suspended: {reached})")
                 elif resumed and level >= resumed[-1]:
@@ -264,6 +275,37 @@ class _Transition:
                 self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
             self.flag("mirror", calls[-1], f"legacy resume {resumed} does not mirror {reached}")
 
+    def _rpm_suspended(self, call, driver):
+        """A DPM_FLAG_SMART_SUSPEND device is still runtime-suspended after
+        its level 1 callback: the late and noirq levels are skipped, unless
+        its provider runtime-resumes every device in this event (then the
+        record itself breaks the rule).  Returns whether they are skipped."""
+        if not driver.get("smart_suspend"):
+            return False
+        if self.event in rules.RUNTIME_RESUMES.get(driver.get("provider"), ()):
+            self.flag("smart-suspend", call, f"runtime-suspended after its {self.event} "
+                      f"callback, but {driver['provider']} runtime-resumes every device "
+                      f"for {self.event}")
+            return False
+        return True
+
+    def _smart_resume(self, call, reached, resumed, smart_skipped):
+        """The resume levels of a DPM_FLAG_SMART_SUSPEND device, as
+        dev_pm_skip_resume() has the core run them (rules.SMART_RESUME_SKIPS).
+        A transition that failed may have stopped before the phases of the
+        skipped levels reached the device: either is accepted then."""
+        undo = next((c.event for c in self.calls if _level_of(c)[0] == "resume"), None)
+        if undo is None:
+            return
+        wanted = [rules.smart_resume_levels(call.driver, undo, reached, smart_skipped)]
+        if self.failed and smart_skipped:
+            wanted.append(rules.smart_resume_levels(call.driver, undo, reached, False))
+        if resumed not in wanted:
+            self.flag("smart-resume", call, f"resume levels {resumed} after a {undo} of a "
+                      f"DPM_FLAG_SMART_SUSPEND device that suspended at {reached}"
+                      f"{' and skipped ' + str(list(rules.SMART_SUSPEND_SKIPS)) if smart_skipped else ''}"
+                      f": the core runs {wanted[0]}")
+
     def _mirrors(self, driver, reached, resumed):
         """The resume levels undo the suspend levels, but for the levels a
         DPM_FLAG_MAY_SKIP_RESUME device may be left in (rules.DRIVERS)."""
@@ -276,15 +318,17 @@ class _Transition:
             skippable |= set(driver.get("may_skip", {}).get(event, ()))
         return bool(skippable) and resumed == [level for level in expected if level not in skippable]
 
-    def _all_levels(self, call, driver, reached, direct_complete):
+    def _all_levels(self, call, driver, reached, direct_complete, smart_skipped=False):
         """In a transition that went through, a prepared device of a known
         driver reaches every level it has a callback for, as deep as the
-        transition went, unless the core completed it directly."""
+        transition went, unless the core completed it directly or skipped
+        the levels of a runtime-suspended DPM_FLAG_SMART_SUSPEND device."""
         if (self.failed or direct_complete or call.source != "pmtest" or "callbacks" not in driver
                 or self.event not in rules.CALLBACKS):
             return
         wanted = [level for level in rules.driver_levels(call.driver, self.event)
-                  if level <= self.depth]
+                  if level <= self.depth
+                  and not (smart_skipped and level in rules.SMART_SUSPEND_SKIPS)]
         if reached != wanted:
             self.flag("missing", call, f"suspend levels {reached} in a {self.event} transition "
                       f"that went through; the driver has {wanted}")

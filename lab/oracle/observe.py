@@ -16,6 +16,8 @@ from lab import trace as trace_mod
 
 from . import rules
 
+# The driver pmtest binds QEMU's edu device to at load.
+EDU_DEFAULT = "pmtest_edu_pm"
 PCI_NAME = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PMTEST_NAME = re.compile(r"^(?P<driver>pmtest_(?:full|compat|legacy|async))\.(?P<id>\d{1,20})$")
 # pmtest devices named by others: the ACPI core names the devices of the
@@ -30,7 +32,9 @@ PMTEST_OTHER_NAMES = ((re.compile(r"^PMTS0001:[0-9a-f]{2}$"), "pmtest_acpi"),
                       (re.compile(r"^pmtest_class\.\d{1,20}$"), "pmtest_class"),
                       (re.compile(r"^pmtest_skip_resume\.\d{1,20}$"), "pmtest_skip_resume"),
                       (re.compile(r"^pmtest_direct\.\d{1,20}$"), "pmtest_direct"),
-                      (re.compile(r"^pmtest_no_direct\.\d{1,20}$"), "pmtest_no_direct"))
+                      (re.compile(r"^pmtest_no_direct\.\d{1,20}$"), "pmtest_no_direct"),
+                      (re.compile(r"^PMTS000[24]:[0-9a-f]{2}$"), "pmtest_acpi_smart"),
+                      (re.compile(r"^PMTS0003:[0-9a-f]{2}$"), "pmtest_acpi_smart_skip"))
 
 # dpm_* phase marker -> (side, level) of the callbacks run inside it
 PHASES = {
@@ -57,24 +61,50 @@ class Call:
         return self.text or (f"{self.device} {self.callback} event={self.event} ret={self.ret}")
 
 
-def pmtest_driver(device):
+def pmtest_driver(device, bound=None):
+    """The rules.DRIVERS identity of a pmtest device.  A PCI device is the
+    edu device, whose identity is the driver bound to it (`bound`, from
+    bound_drivers(): pmtest_edu_pm, pmtest_edu_legacy, or an older
+    module's pmtest_edu), EDU_DEFAULT when nothing says."""
     match = PMTEST_NAME.match(device)
     if match:
         return match["driver"]
     if PCI_NAME.match(device):
-        return "pmtest_edu"
+        driver = (bound or {}).get(device)
+        return driver if driver in rules.DRIVERS else EDU_DEFAULT
     for pattern, driver in PMTEST_OTHER_NAMES:
         if pattern.match(device):
             return driver
     return None
 
 
-def from_pmtest(text):
-    """Calls from pmtest log lines (debugfs, console or trace copies)."""
+def bound_drivers(trace_calls):
+    """{PCI device name: driver name} from from_trace()'s calls, whose
+    device identities carry the driver the PM core saw bound."""
+    bound = {}
+    for call in trace_calls:
+        name, _, driver = call.device.partition(" (")
+        if PCI_NAME.match(name) and driver:
+            bound[name] = driver.rstrip(")")
+    return bound
+
+
+def loaded_drivers(bound):
+    """What a kernel that loaded the same pmtest module binds: its default
+    edu driver, where `bound` (another kernel's) has the edu device moved to
+    pmtest_edu_legacy (the boot kernel of a restore loads the module
+    afresh)."""
+    return {device: EDU_DEFAULT if driver == "pmtest_edu_legacy" else driver
+            for device, driver in bound.items()}
+
+
+def from_pmtest(text, bound=None):
+    """Calls from pmtest log lines (debugfs, console or trace copies);
+    `bound` as for pmtest_driver()."""
     calls = []
     for entry in pmtest_log.parse(text):
         calls.append(Call(len(calls), entry["dev"], entry["cb"], entry["event"], entry["ret"],
-                          "pmtest", pmtest_driver(entry["dev"]),
+                          "pmtest", pmtest_driver(entry["dev"], bound),
                           f"pmtest: seq={entry['seq']} dev={entry['dev']} cb={entry['cb']} "
                           f"event={entry['event']} ret={entry['ret']}"))
     return calls

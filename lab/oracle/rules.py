@@ -88,6 +88,13 @@ PROVIDERS = {
 DRIVERS = {
     "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
     "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61, "provider": "bus"},
+    # QEMU's edu PCI device (pmtest_edu.c): bound to pmtest_edu_pm
+    # (dev_pm_ops, every level) or to pmtest_edu_legacy (pci_driver.suspend/
+    # .resume, which the PCI core calls at level 1 only); the trace names the
+    # driver bound (observe.bound_drivers()).  pmtest_edu is the level 1
+    # driver of earlier pmtest versions, for runs recorded with it.
+    "pmtest_edu_pm": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
+    "pmtest_edu_legacy": {"legacy": True},
     "pmtest_edu": {"callbacks": frozenset((
         "prepare", "complete", "suspend", "resume", "freeze", "thaw",
         "poweroff", "restore", "quiesce", "recover")), "provider": "bus"},
@@ -120,7 +127,42 @@ DRIVERS = {
     "pmtest_direct": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus",
                       "direct_complete": ("suspend",)},
     "pmtest_no_direct": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
+    # ACPI-enumerated devices with DPM_FLAG_SMART_PREPARE | SMART_SUSPEND
+    # (pmtest_acpi.c, PMTS0002 and PMTS0004), and with MAY_SKIP_RESUME too
+    # (PMTS0003): see SMART_SUSPEND_SKIPS below.
+    "pmtest_acpi_smart": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
+                          "provider": "acpi_general_pm_domain", "smart_suspend": True},
+    "pmtest_acpi_smart_skip": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS,
+                               "provider": "acpi_general_pm_domain", "smart_suspend": True,
+                               "may_skip_resume": True},
 }
+
+# DPM_FLAG_SMART_SUSPEND (drivers/base/power/main.c): dev_pm_skip_suspend()
+# is the flag and a runtime PM status of "suspended".  The core checks it
+# before a driver's late and noirq callbacks, and the providers that have
+# their own (acpi_subsys_suspend_late/_noirq, acpi_subsys_poweroff_late/
+# _noirq, pci_pm_*) return at once on it, for every suspend-side event.  The
+# status is the one the device has after its level 1 callback (the provider
+# may runtime-resume it there; runtime PM is disabled before the late phase
+# and the core holds a usage count since ->prepare): pmtest logs it as an
+# RPM_SUSPENDED record after that callback.  Levels the core skipped still
+# count as suspended (is_late_suspended, is_noirq_suspended).
+RPM_SUSPENDED = "rpm_suspended"
+SMART_SUSPEND_SKIPS = (2, 3)
+# The resume side (dev_pm_skip_resume()): per undo event, which levels the
+# core skips for a DPM_FLAG_SMART_SUSPEND device: RESTORE none; THAW and
+# RECOVER the levels the suspend side skipped (dev_pm_skip_suspend() again:
+# the status is unchanged until runtime PM is enabled in the early phase);
+# RESUME levels 2 and 3 iff power.must_resume stayed false, which for a
+# device nobody uses, without wakeup and children, is DPM_FLAG_MAY_SKIP_RESUME
+# (otherwise a level skipped on the suspend side is resumed all the same).
+SMART_RESUME_SKIPS = {"restore": "none", "thaw": "as-suspend", "recover": "as-suspend",
+                      "resume": "if-may-skip-resume"}
+# Providers that runtime-resume every device in their level 1 callback of
+# these events, SMART_SUSPEND or not (acpi_subsys_freeze(),
+# acpi_subsys_quiesce(): the image must hold active devices), so no device
+# of theirs may be left runtime-suspended there.
+RUNTIME_RESUMES = {"acpi_general_pm_domain": frozenset(("freeze", "quiesce"))}
 
 # Drivers whose own dev_pm_ops has a callback at every level, so the trace
 # (which shows only callbacks that exist) shows each of their levels: the
@@ -157,6 +199,25 @@ def driver_levels(driver, event):
     """The levels (1..3) at which `driver` has a callback for `event`."""
     return [level for level, callback in enumerate(CALLBACKS[event], start=1)
             if driver_callback(driver, callback)]
+
+
+def smart_resume_levels(driver, undo, suspended, smart_skipped):
+    """The resume-side levels (highest first) the core runs for a
+    DPM_FLAG_SMART_SUSPEND device of `driver` that reached the suspend
+    levels `suspended` (callbacks that ran) and, if `smart_skipped`, had
+    SMART_SUSPEND_SKIPS skipped, when `undo` resumes it."""
+    entry = DRIVERS[driver]
+    levels = set(suspended) | (set(SMART_SUSPEND_SKIPS) if smart_skipped else set())
+    rule = SMART_RESUME_SKIPS.get(undo, "none")
+    if (rule == "as-suspend" and smart_skipped) or (
+            rule == "if-may-skip-resume" and entry.get("may_skip_resume")):
+        levels -= set(SMART_SUSPEND_SKIPS)
+    return sorted(levels, reverse=True)
+
+
+def is_legacy(driver):
+    """A driver with legacy .suspend/.resume (the pm_message_t)."""
+    return bool(DRIVERS.get(driver, {}).get("legacy"))
 
 
 def prepare_failed(ret):

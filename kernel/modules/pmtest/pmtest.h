@@ -10,8 +10,10 @@
  *   pmtest_knobs.c    fault/delay/child/panic knobs and the device registry
  *   pmtest_platform.c the pmtest_full, pmtest_compat and pmtest_legacy
  *                     platform drivers and their device trees
- *   pmtest_edu.c      PCI driver for QEMU's edu device
- *   pmtest_acpi.c     ACPI-enumerated platform driver (acpi_general_pm_domain)
+ *   pmtest_edu.c      PCI drivers for QEMU's edu device (dev_pm_ops and
+ *                     legacy pci_driver.suspend/.resume)
+ *   pmtest_acpi.c     ACPI-enumerated platform drivers (acpi_general_pm_domain),
+ *                     one with DPM_FLAG_SMART_PREPARE/SMART_SUSPEND
  *   pmtest_syscore.c  syscore_ops, so image creation can fail after the
  *                     devices are frozen
  *   pmtest_domain.c   devices under a struct dev_pm_domain of pmtest's own
@@ -44,7 +46,10 @@ struct dentry;
  * PMTEST_CB_SYSCORE_SUSPEND and PMTEST_CB_SYSCORE_RESUME are the syscore_ops
  * callbacks of pmtest_syscore.c.  PMTEST_CB_REGISTER is not a PM callback: it
  * marks the registration of a child device by the "child" knob and cannot be
- * named in a knob.
+ * named in a knob.  Neither can PMTEST_CB_RPM_SUSPENDED, the record a
+ * DPM_FLAG_SMART_SUSPEND device (pmtest_acpi.c) leaves when it is still
+ * runtime-suspended at the end of its suspend-side level 1 callback, which
+ * is what the PM core's dev_pm_skip_suspend() looks at.
  */
 enum pmtest_cb {
 	PMTEST_CB_PREPARE,
@@ -76,6 +81,7 @@ enum pmtest_cb {
 	PMTEST_CB_SYSCORE_SUSPEND,
 	PMTEST_CB_SYSCORE_RESUME,
 	PMTEST_CB_REGISTER,
+	PMTEST_CB_RPM_SUSPENDED,
 	PMTEST_NR_CB,
 };
 
@@ -105,6 +111,7 @@ int pmtest_knobs_apply(const char *name, struct device *dev,
 int pmtest_cb_begin(struct device *dev, enum pmtest_cb cb, int event);
 void pmtest_cb_end(struct device *dev, enum pmtest_cb cb, int event, int ret);
 int pmtest_cb_run(struct device *dev, enum pmtest_cb cb);
+void pmtest_cb_note_rpm(struct device *dev, enum pmtest_cb cb);
 u64 pmtest_pm_ops_cbs(const struct dev_pm_ops *ops);
 
 /* pmtest_log.c */

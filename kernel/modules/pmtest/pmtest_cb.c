@@ -20,6 +20,7 @@
 #include <linux/delay.h>
 #include <linux/kernel.h>
 #include <linux/pm.h>
+#include <linux/pm_runtime.h>
 #include <linux/string.h>
 #include <trace/events/power.h>
 
@@ -81,6 +82,7 @@ static const struct pmtest_cb_info pmtest_cbs[PMTEST_NR_CB] = {
 	[PMTEST_CB_SYSCORE_RESUME] = { "syscore_resume", PMTEST_EVENT_NONE,
 				       PMTEST_CB_ATOMIC },
 	[PMTEST_CB_REGISTER] = { "register", PMTEST_EVENT_NONE, 0 },
+	[PMTEST_CB_RPM_SUSPENDED] = { "rpm_suspended", PMTEST_EVENT_NONE, 0 },
 };
 
 /**
@@ -100,14 +102,16 @@ const char *pmtest_cb_name(enum pmtest_cb cb)
  * @name: Callback name, e.g. "suspend_late".
  *
  * Return: the callback, or -EINVAL if @name is not a PM callback name.
- * "register" is not accepted: it is a log marker, not a callback.
+ * "register" and "rpm_suspended" are not accepted: they are log markers,
+ * not callbacks.
  */
 int pmtest_cb_parse(const char *name)
 {
 	int i;
 
 	for (i = 0; i < PMTEST_NR_CB; i++) {
-		if (i != PMTEST_CB_REGISTER && !strcmp(name, pmtest_cbs[i].name))
+		if (i != PMTEST_CB_REGISTER && i != PMTEST_CB_RPM_SUSPENDED &&
+		    !strcmp(name, pmtest_cbs[i].name))
 			return i;
 	}
 
@@ -289,6 +293,9 @@ void pmtest_cb_end(struct device *dev, enum pmtest_cb cb, int event, int ret)
  * @dev: Device whose callback runs.
  * @cb: Callback.
  *
+ * For a DPM_FLAG_SMART_SUSPEND device, a suspend-side level 1 callback that
+ * succeeds is followed by pmtest_cb_note_rpm().
+ *
  * Return: the injected error, or 0.
  */
 int pmtest_cb_run(struct device *dev, enum pmtest_cb cb)
@@ -299,7 +306,31 @@ int pmtest_cb_run(struct device *dev, enum pmtest_cb cb)
 	ret = pmtest_cb_begin(dev, cb, event);
 	pmtest_cb_end(dev, cb, event, ret);
 
+	if (!ret && dev_pm_test_driver_flags(dev, DPM_FLAG_SMART_SUSPEND) &&
+	    (cb == PMTEST_CB_SUSPEND || cb == PMTEST_CB_FREEZE ||
+	     cb == PMTEST_CB_POWEROFF || cb == PMTEST_CB_QUIESCE))
+		pmtest_cb_note_rpm(dev, cb);
+
 	return ret;
+}
+
+/**
+ * pmtest_cb_note_rpm - Log whether a device is still runtime-suspended.
+ * @dev: Device whose suspend-side level 1 callback just ran.
+ * @cb: That callback.
+ *
+ * Logs an "rpm_suspended" record, with the event of @cb, if the device's
+ * runtime PM status is suspended: for a DPM_FLAG_SMART_SUSPEND device this
+ * is what makes dev_pm_skip_suspend() skip its late and noirq callbacks
+ * (runtime PM cannot change it once ->suspend has returned: the core holds
+ * a usage count since ->prepare and disables runtime PM before the late
+ * phase).  The oracle judges the skipped levels by this record.
+ */
+void pmtest_cb_note_rpm(struct device *dev, enum pmtest_cb cb)
+{
+	if (pm_runtime_status_suspended(dev))
+		pmtest_log(dev_name(dev), PMTEST_CB_RPM_SUSPENDED,
+			   pmtest_event_current(cb), 0);
 }
 
 /**

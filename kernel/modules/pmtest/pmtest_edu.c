@@ -19,7 +19,24 @@
  * fresh pattern, write the saved value back, recompute n! and compare
  * everything with what the driver expects.  Each check counts as verified
  * or as a mismatch (the callback then returns -EIO); debugfs "edu_state"
- * reads "verified N mismatches M".
+ * reads "verified N mismatches M".  The late/early and noirq callbacks of
+ * every event have no device work: they are there so that the PCI core's
+ * late and noirq paths call into a driver, and so that faults can be
+ * injected at every level.
+ *
+ * Two drivers match the device.  pmtest_edu_pm (dev_pm_ops) is registered
+ * first and binds it at load; pmtest_edu_legacy has the legacy
+ * pci_driver.suspend/.resume (the PCI core's pci_legacy_suspend() path) and
+ * binds it once it is unbound from pmtest_edu_pm and bound to it through
+ * sysfs:
+ *
+ *   echo 0000:00:10.0 > /sys/bus/pci/drivers/pmtest_edu_pm/unbind
+ *   echo 0000:00:10.0 > /sys/bus/pci/drivers/pmtest_edu_legacy/bind
+ *
+ * Its ->suspend logs the pm_message_t event it is given, its ->resume the
+ * event of the phase.  (Before pmtest_edu_pm had late/early and noirq
+ * callbacks it was called pmtest_edu: the driver name the trace records is
+ * how the lab's oracle tells which callbacks a recorded run's driver had.)
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -231,14 +248,91 @@ static int pmtest_edu_restore_cb(struct device *dev)
 	return pmtest_edu_cb(dev, PMTEST_CB_RESTORE, pmtest_edu_restore);
 }
 
+/*
+ * The late/early and noirq callbacks: knobs and log only.  They run with
+ * interrupts off on the CPU (noirq) or after the device's interrupts are
+ * quiesced (late): the factorial poll of ->resume would sleep.
+ */
+static int pmtest_edu_suspend_late(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_SUSPEND_LATE, NULL);
+}
+
+static int pmtest_edu_suspend_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_SUSPEND_NOIRQ, NULL);
+}
+
+static int pmtest_edu_resume_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_RESUME_NOIRQ, NULL);
+}
+
+static int pmtest_edu_resume_early(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_RESUME_EARLY, NULL);
+}
+
+static int pmtest_edu_freeze_late(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_FREEZE_LATE, NULL);
+}
+
+static int pmtest_edu_freeze_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_FREEZE_NOIRQ, NULL);
+}
+
+static int pmtest_edu_thaw_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_THAW_NOIRQ, NULL);
+}
+
+static int pmtest_edu_thaw_early(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_THAW_EARLY, NULL);
+}
+
+static int pmtest_edu_poweroff_late(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_POWEROFF_LATE, NULL);
+}
+
+static int pmtest_edu_poweroff_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_POWEROFF_NOIRQ, NULL);
+}
+
+static int pmtest_edu_restore_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_RESTORE_NOIRQ, NULL);
+}
+
+static int pmtest_edu_restore_early(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_RESTORE_EARLY, NULL);
+}
+
 #define PMTEST_EDU_PM_OPS_6_1				\
 	.prepare = pmtest_edu_prepare,			\
 	.complete = pmtest_edu_complete,		\
 	.suspend = pmtest_edu_suspend,			\
+	.suspend_late = pmtest_edu_suspend_late,	\
+	.suspend_noirq = pmtest_edu_suspend_noirq,	\
+	.resume_noirq = pmtest_edu_resume_noirq,	\
+	.resume_early = pmtest_edu_resume_early,	\
 	.resume = pmtest_edu_resume,			\
 	.freeze = pmtest_edu_freeze,			\
+	.freeze_late = pmtest_edu_freeze_late,		\
+	.freeze_noirq = pmtest_edu_freeze_noirq,	\
+	.thaw_noirq = pmtest_edu_thaw_noirq,		\
+	.thaw_early = pmtest_edu_thaw_early,		\
 	.thaw = pmtest_edu_thaw,			\
 	.poweroff = pmtest_edu_poweroff,		\
+	.poweroff_late = pmtest_edu_poweroff_late,	\
+	.poweroff_noirq = pmtest_edu_poweroff_noirq,	\
+	.restore_noirq = pmtest_edu_restore_noirq,	\
+	.restore_early = pmtest_edu_restore_early,	\
 	.restore = pmtest_edu_restore_cb
 
 /* Without ->quiesce/->recover: a patched PCI core falls back to freeze/thaw. */
@@ -252,6 +346,26 @@ static int pmtest_edu_quiesce(struct device *dev)
 	return pmtest_edu_cb(dev, PMTEST_CB_QUIESCE, pmtest_edu_save);
 }
 
+static int pmtest_edu_quiesce_late(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_QUIESCE_LATE, NULL);
+}
+
+static int pmtest_edu_quiesce_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_QUIESCE_NOIRQ, NULL);
+}
+
+static int pmtest_edu_recover_noirq(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_RECOVER_NOIRQ, NULL);
+}
+
+static int pmtest_edu_recover_early(struct device *dev)
+{
+	return pmtest_edu_cb(dev, PMTEST_CB_RECOVER_EARLY, NULL);
+}
+
 static int pmtest_edu_recover(struct device *dev)
 {
 	return pmtest_edu_cb(dev, PMTEST_CB_RECOVER, pmtest_edu_restore);
@@ -260,11 +374,38 @@ static int pmtest_edu_recover(struct device *dev)
 static const struct dev_pm_ops pmtest_edu_quiesce_pm_ops = {
 	PMTEST_EDU_PM_OPS_6_1,
 	.quiesce = pmtest_edu_quiesce,
+	.quiesce_late = pmtest_edu_quiesce_late,
+	.quiesce_noirq = pmtest_edu_quiesce_noirq,
+	.recover_noirq = pmtest_edu_recover_noirq,
+	.recover_early = pmtest_edu_recover_early,
 	.recover = pmtest_edu_recover,
 };
 #endif
 
-static int pmtest_edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+/*
+ * The legacy driver: pci_driver.suspend gets the pm_message_t of the
+ * transition (PMSG_SUSPEND, _FREEZE, _QUIESCE, _HIBERNATE), .resume nothing;
+ * the PCI core runs no driver code in the late and noirq phases for it.
+ */
+static int pmtest_edu_legacy_suspend(struct pci_dev *pdev, pm_message_t state)
+{
+	int ret;
+
+	ret = pmtest_cb_begin(&pdev->dev, PMTEST_CB_SUSPEND, state.event);
+	if (!ret)
+		ret = pmtest_edu_save(&pdev->dev, PMTEST_CB_SUSPEND);
+	pmtest_cb_end(&pdev->dev, PMTEST_CB_SUSPEND, state.event, ret);
+
+	return ret;
+}
+
+static int pmtest_edu_legacy_resume(struct pci_dev *pdev)
+{
+	return pmtest_edu_cb(&pdev->dev, PMTEST_CB_RESUME, pmtest_edu_restore);
+}
+
+/* Map BAR 0, check the device and give it the state the driver keeps. */
+static int pmtest_edu_setup(struct pci_dev *pdev, const char *name)
 {
 	struct pmtest_edu *edu;
 	u32 devid, fact;
@@ -278,7 +419,7 @@ static int pmtest_edu_probe(struct pci_dev *pdev, const struct pci_device_id *id
 	if (ret)
 		return ret;
 
-	ret = pcim_iomap_regions(pdev, BIT(0), "pmtest_edu");
+	ret = pcim_iomap_regions(pdev, BIT(0), name);
 	if (ret)
 		return ret;
 	edu->regs = pcim_iomap_table(pdev)[0];
@@ -302,14 +443,41 @@ static int pmtest_edu_probe(struct pci_dev *pdev, const struct pci_device_id *id
 
 	pci_set_drvdata(pdev, edu);
 
-	ret = pmtest_dev_add(&pdev->dev, false);
+	dev_info(&pdev->dev, "%s: edu %#x: live %#x fact(%u) %u\n", name,
+		 devid, edu->live, edu->fact_n, fact);
+
+	return 0;
+}
+
+static struct pci_driver pmtest_edu_driver;
+
+static int pmtest_edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	int ret;
+
+	ret = pmtest_edu_setup(pdev, pmtest_edu_driver.name);
 	if (ret)
 		return ret;
 
-	dev_info(&pdev->dev, "edu %#x: live %#x fact(%u) %u\n", devid,
-		 edu->live, edu->fact_n, fact);
+	/* Its children are the PCI core's to add: no child knob. */
+	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
+				 PMTEST_KNOBS_DEVICE,
+				 pmtest_pm_ops_cbs(pmtest_edu_driver.driver.pm));
+}
 
-	return 0;
+static int pmtest_edu_legacy_probe(struct pci_dev *pdev,
+				   const struct pci_device_id *id)
+{
+	int ret;
+
+	ret = pmtest_edu_setup(pdev, "pmtest_edu_legacy");
+	if (ret)
+		return ret;
+
+	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
+				 PMTEST_KNOBS_DEVICE,
+				 PMTEST_CB_BIT(PMTEST_CB_SUSPEND) |
+				 PMTEST_CB_BIT(PMTEST_CB_RESUME));
 }
 
 static void pmtest_edu_remove(struct pci_dev *pdev)
@@ -324,13 +492,22 @@ static const struct pci_device_id pmtest_edu_ids[] = {
 MODULE_DEVICE_TABLE(pci, pmtest_edu_ids);
 
 static struct pci_driver pmtest_edu_driver = {
-	.name = "pmtest_edu",
+	.name = "pmtest_edu_pm",
 	.id_table = pmtest_edu_ids,
 	.probe = pmtest_edu_probe,
 	.remove = pmtest_edu_remove,
 	.driver = {
 		.pm = &pmtest_edu_pm_ops,
 	},
+};
+
+static struct pci_driver pmtest_edu_legacy_driver = {
+	.name = "pmtest_edu_legacy",
+	.id_table = pmtest_edu_ids,
+	.probe = pmtest_edu_legacy_probe,
+	.remove = pmtest_edu_remove,
+	.suspend = pmtest_edu_legacy_suspend,
+	.resume = pmtest_edu_legacy_resume,
 };
 
 static int pmtest_edu_state_show(struct seq_file *m, void *v)
@@ -344,9 +521,9 @@ static int pmtest_edu_state_show(struct seq_file *m, void *v)
 DEFINE_SHOW_ATTRIBUTE(pmtest_edu_state);
 
 /**
- * pmtest_edu_init - Register the edu driver and create debugfs "edu_state".
+ * pmtest_edu_init - Register the edu drivers and create debugfs "edu_state".
  * @root: pmtest's debugfs directory.
- * @quiesce: Give the driver ->quiesce and ->recover (only if the kernel's
+ * @quiesce: Give the driver ->quiesce* and ->recover* (only if the kernel's
  *	     struct dev_pm_ops has them); otherwise the PCI core's fallback to
  *	     ->freeze and ->thaw is exercised.
  */
@@ -357,16 +534,28 @@ int pmtest_edu_init(struct dentry *root, bool quiesce)
 		pmtest_edu_driver.driver.pm = &pmtest_edu_quiesce_pm_ops;
 #endif
 
+	int ret;
+
 	debugfs_create_file("edu_state", 0444, root, NULL,
 			    &pmtest_edu_state_fops);
 
-	return pci_register_driver(&pmtest_edu_driver);
+	/* pmtest_edu_pm first: it binds the device at load. */
+	ret = pci_register_driver(&pmtest_edu_driver);
+	if (ret)
+		return ret;
+
+	ret = pci_register_driver(&pmtest_edu_legacy_driver);
+	if (ret)
+		pci_unregister_driver(&pmtest_edu_driver);
+
+	return ret;
 }
 
 /**
- * pmtest_edu_exit - Unregister the edu driver.
+ * pmtest_edu_exit - Unregister the edu drivers.
  */
 void pmtest_edu_exit(void)
 {
+	pci_unregister_driver(&pmtest_edu_legacy_driver);
 	pci_unregister_driver(&pmtest_edu_driver);
 }
