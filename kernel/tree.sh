@@ -32,7 +32,7 @@ series_hash() {
 # ensure_tree: extract the tarball into $SRC once, as a git repository whose
 # tag "pristine" is the tree as Debian ships it.
 ensure_tree() {
-	[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install linux-source-6.1 (or run lab/install-deps)"
+	[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install $(basename "$TARBALL" .tar.xz) (or run lab/install-deps)"
 	command -v git >/dev/null || die "git missing: apt-get install git"
 	stamp=$(stat -c '%s-%Y' "$TARBALL")
 	if git_src rev-parse -q --verify refs/tags/pristine >/dev/null 2>&1 &&
