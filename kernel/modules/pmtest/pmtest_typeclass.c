@@ -39,7 +39,9 @@ static const struct device_type pmtest_device_type = {
 
 static struct class pmtest_class = {
 	.name = "pmtest",
+#ifdef PMTEST_CLASS_HAS_OWNER
 	.owner = THIS_MODULE,
+#endif
 	.pm = &pmtest_full_pm_ops,
 };
 
