@@ -23,8 +23,8 @@ def run(*command, env=None):
                           env=dict(os.environ, **(env or {})))
 
 
-def series():
-    with open(os.path.join(PATCHES, "series")) as listing:
+def series(patches=PATCHES):
+    with open(os.path.join(patches, "series")) as listing:
         return [line.strip() for line in listing if line.strip() and not line.startswith("#")]
 
 
@@ -34,6 +34,23 @@ def test_series_is_checkpatch_clean_and_applies():
     for patch in series():
         assert f"{patch}: checkpatch clean" in result.stdout
     assert f"all {len(series())} patches apply" in result.stdout
+
+
+@pytest.mark.pipeline
+def test_6_12_series_is_checkpatch_clean_and_applies():
+    """The port to linux-source-6.12 (kernel/patches/6.12), checked with 6.12's
+    own checkpatch in its own build directory.  Extracting a second tree takes
+    minutes, so this runs in pipelines."""
+    series_dir = os.path.join(PATCHES, "6.12")
+    env = {"PMLAB_LINUX_TARBALL": "/usr/src/linux-source-6.12.tar.xz",
+           "PMLAB_SERIES_DIR": series_dir,
+           "PMLAB_BUILD": os.environ.get("PMLAB_BUILD_6_12", os.path.join(REPO, "build", "6.12"))}
+    result = run("kernel/check-series", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = series(series_dir)
+    for patch in names:
+        assert f"{patch}: checkpatch clean" in result.stdout
+    assert f"all {len(names)} patches apply to linux-source-6.12.tar.xz" in result.stdout
 
 
 def test_patch_that_does_not_apply_is_named_with_its_file(tmp_path):

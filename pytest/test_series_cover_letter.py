@@ -1,18 +1,30 @@
 """The cover letter (kernel/patches/0000-cover-letter.patch) speaks for the
 series as it is: its shortlog names every patch of kernel/patches/series, in
-order, and its numbering matches the series length."""
+order, and its numbering matches the series length.  The same for the port to
+linux-source-6.12 (kernel/patches/6.12)."""
 
 import email
 import email.policy
 import os
 import re
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATCHES = os.path.join(REPO, "kernel", "patches")
+PATCHES_6_1 = os.path.join(REPO, "kernel", "patches")
+PATCHES_6_12 = os.path.join(PATCHES_6_1, "6.12")
+SERIES_DIRS = [PATCHES_6_1, PATCHES_6_12]
+
+# The legacy drivers whose behaviour changes, as kernel/audit-legacy-pm finds
+# them in each tree: u132-hcd is gone from 6.12.
+CHANGED_LEGACY_DRIVERS = {
+    PATCHES_6_1: ("sl811-hcd", "isp1362-hcd", "u132-hcd", "i810fb"),
+    PATCHES_6_12: ("sl811-hcd", "isp1362-hcd", "i810fb"),
+}
 
 
-def series():
-    with open(os.path.join(PATCHES, "series")) as listing:
+def series(patches):
+    with open(os.path.join(patches, "series")) as listing:
         return [line.strip() for line in listing if line.strip() and not line.startswith("#")]
 
 
@@ -41,19 +53,21 @@ def shortlog(cover):
     return subjects
 
 
-def test_cover_letter_shortlog_is_the_series():
-    cover_path = os.path.join(PATCHES, "0000-cover-letter.patch")
+@pytest.mark.parametrize("patches", SERIES_DIRS, ids=["6.1", "6.12"])
+def test_cover_letter_shortlog_is_the_series(patches):
+    cover_path = os.path.join(patches, "0000-cover-letter.patch")
     with open(cover_path) as source:
         cover = source.read()
-    names = series()
+    names = series(patches)
     assert f"00/{len(names)}]" in subject(cover_path)
-    assert shortlog(cover) == [strip_prefix(subject(os.path.join(PATCHES, name))) for name in names]
+    assert shortlog(cover) == [strip_prefix(subject(os.path.join(patches, name))) for name in names]
     for number, name in enumerate(names, start=1):
-        assert f"{number:02d}/{len(names)}]" in subject(os.path.join(PATCHES, name)), name
+        assert f"{number:02d}/{len(names)}]" in subject(os.path.join(patches, name)), name
 
 
-def test_cover_letter_lists_the_changed_legacy_drivers():
-    with open(os.path.join(PATCHES, "0000-cover-letter.patch")) as source:
+@pytest.mark.parametrize("patches", SERIES_DIRS, ids=["6.1", "6.12"])
+def test_cover_letter_lists_the_changed_legacy_drivers(patches):
+    with open(os.path.join(patches, "0000-cover-letter.patch")) as source:
         cover = source.read()
-    for driver in ("sl811-hcd", "isp1362-hcd", "u132-hcd", "i810fb"):
+    for driver in CHANGED_LEGACY_DRIVERS[patches]:
         assert driver in cover

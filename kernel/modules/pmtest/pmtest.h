@@ -34,6 +34,21 @@ struct dentry;
 /* Longest device name kept in a log record or a knob, NUL included. */
 #define PMTEST_NAME_LEN		32
 
+/*
+ * The return type of struct platform_driver's ->remove(): int in 6.1, void
+ * once every driver had been converted (Kbuild defines
+ * PMTEST_PLATFORM_REMOVE_VOID from <linux/platform_device.h>).  A remove
+ * callback is declared "static pmtest_remove_t" and ends with
+ * "return PMTEST_REMOVED;".
+ */
+#ifdef PMTEST_PLATFORM_REMOVE_VOID
+#define pmtest_remove_t		void
+#define PMTEST_REMOVED
+#else
+#define pmtest_remove_t		int
+#define PMTEST_REMOVED		0
+#endif
+
 /* "No PM event known": outside any dpm_* phase, or for prepare/complete. */
 #define PMTEST_EVENT_NONE	(-1)
 

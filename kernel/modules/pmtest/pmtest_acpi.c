@@ -57,11 +57,11 @@ static int pmtest_acpi_probe(struct platform_device *pdev)
 				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
 }
 
-static int pmtest_acpi_remove(struct platform_device *pdev)
+static pmtest_remove_t pmtest_acpi_remove(struct platform_device *pdev)
 {
 	pmtest_dev_del(&pdev->dev);
 
-	return 0;
+	return PMTEST_REMOVED;
 }
 
 static struct platform_driver pmtest_acpi_driver = {

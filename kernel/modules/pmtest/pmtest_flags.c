@@ -84,13 +84,13 @@ static int pmtest_flags_probe(struct platform_device *pdev)
 				 pmtest_pm_ops_cbs(&pmtest_flags_pm_ops));
 }
 
-static int pmtest_flags_remove(struct platform_device *pdev)
+static pmtest_remove_t pmtest_flags_remove(struct platform_device *pdev)
 {
 	pmtest_dev_del(&pdev->dev);
 	if (pmtest_flags_of(&pdev->dev) & PMTEST_FLAGS_RPM_SUSPENDED)
 		pm_runtime_disable(&pdev->dev);
 
-	return 0;
+	return PMTEST_REMOVED;
 }
 
 static struct platform_driver pmtest_flags_driver = {

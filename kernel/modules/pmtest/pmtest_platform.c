@@ -185,11 +185,11 @@ static int pmtest_platform_probe(struct platform_device *pdev)
 	return pmtest_dev_add(&pdev->dev, true);
 }
 
-static int pmtest_platform_remove(struct platform_device *pdev)
+static pmtest_remove_t pmtest_platform_remove(struct platform_device *pdev)
 {
 	pmtest_dev_del(&pdev->dev);
 
-	return 0;
+	return PMTEST_REMOVED;
 }
 
 static struct platform_driver pmtest_full_driver = {

@@ -24,7 +24,18 @@
 
 #define PMTEST_SYSCORE_NAME	"pmtest_syscore"
 
-static int pmtest_syscore_suspend(void)
+/*
+ * Where syscore_ops are registered through a struct syscore, their callbacks
+ * take its data (Kbuild defines PMTEST_SYSCORE_HAS_DATA from
+ * <linux/syscore_ops.h>); pmtest has none to pass.
+ */
+#ifdef PMTEST_SYSCORE_HAS_DATA
+#define PMTEST_SYSCORE_ARGS	void *data
+#else
+#define PMTEST_SYSCORE_ARGS	void
+#endif
+
+static int pmtest_syscore_suspend(PMTEST_SYSCORE_ARGS)
 {
 	enum pmtest_cb cb = PMTEST_CB_SYSCORE_SUSPEND;
 	int event = pmtest_event_current(cb);
@@ -36,7 +47,7 @@ static int pmtest_syscore_suspend(void)
 	return ret;
 }
 
-static void pmtest_syscore_resume(void)
+static void pmtest_syscore_resume(PMTEST_SYSCORE_ARGS)
 {
 	enum pmtest_cb cb = PMTEST_CB_SYSCORE_RESUME;
 
@@ -47,6 +58,32 @@ static struct syscore_ops pmtest_syscore_ops = {
 	.suspend = pmtest_syscore_suspend,
 	.resume = pmtest_syscore_resume,
 };
+
+#ifdef PMTEST_SYSCORE_HAS_DATA
+static struct syscore pmtest_syscore = {
+	.ops = &pmtest_syscore_ops,
+};
+
+static void pmtest_syscore_register(void)
+{
+	register_syscore(&pmtest_syscore);
+}
+
+static void pmtest_syscore_unregister(void)
+{
+	unregister_syscore(&pmtest_syscore);
+}
+#else
+static void pmtest_syscore_register(void)
+{
+	register_syscore_ops(&pmtest_syscore_ops);
+}
+
+static void pmtest_syscore_unregister(void)
+{
+	unregister_syscore_ops(&pmtest_syscore_ops);
+}
+#endif
 
 /**
  * pmtest_syscore_init - Register the syscore_ops and let the fault knob
@@ -62,7 +99,7 @@ int pmtest_syscore_init(void)
 	if (ret)
 		return ret;
 
-	register_syscore_ops(&pmtest_syscore_ops);
+	pmtest_syscore_register();
 
 	return 0;
 }
@@ -72,6 +109,6 @@ int pmtest_syscore_init(void)
  */
 void pmtest_syscore_exit(void)
 {
-	unregister_syscore_ops(&pmtest_syscore_ops);
+	pmtest_syscore_unregister();
 	pmtest_target_del(PMTEST_SYSCORE_NAME);
 }

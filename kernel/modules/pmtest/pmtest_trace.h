@@ -10,6 +10,18 @@
 
 #include <linux/tracepoint.h>
 
+/*
+ * __assign_str() lost its source argument once __string() started to record
+ * it (Kbuild defines PMTEST_ASSIGN_STR_DST_ONLY from the kernel's definition).
+ */
+#ifndef pmtest_assign_str
+#ifdef PMTEST_ASSIGN_STR_DST_ONLY
+#define pmtest_assign_str(dst, src)	__assign_str(dst)
+#else
+#define pmtest_assign_str(dst, src)	__assign_str(dst, src)
+#endif
+#endif
+
 TRACE_EVENT(pmtest_callback,
 	    TP_PROTO(u64 seq, u64 t, const char *dev, const char *cb,
 		     const char *event, int ret),
@@ -22,9 +34,9 @@ TRACE_EVENT(pmtest_callback,
 			     __field(int, ret)),
 	    TP_fast_assign(__entry->seq = seq;
 			   __entry->t = t;
-			   __assign_str(dev, dev);
-			   __assign_str(cb, cb);
-			   __assign_str(event, event);
+			   pmtest_assign_str(dev, dev);
+			   pmtest_assign_str(cb, cb);
+			   pmtest_assign_str(event, event);
 			   __entry->ret = ret;),
 	    TP_printk("seq=%llu t=%llu dev=%s cb=%s event=%s ret=%d",
 		      (unsigned long long)__entry->seq,

@@ -39,7 +39,9 @@ static const struct device_type pmtest_device_type = {
 
 static struct class pmtest_class = {
 	.name = "pmtest",
+#ifdef PMTEST_CLASS_HAS_OWNER
 	.owner = THIS_MODULE,
+#endif
 	.pm = &pmtest_full_pm_ops,
 };
 
@@ -50,11 +52,11 @@ static int pmtest_typed_probe(struct platform_device *pdev)
 				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
 }
 
-static int pmtest_typed_remove(struct platform_device *pdev)
+static pmtest_remove_t pmtest_typed_remove(struct platform_device *pdev)
 {
 	pmtest_dev_del(&pdev->dev);
 
-	return 0;
+	return PMTEST_REMOVED;
 }
 
 static struct platform_driver pmtest_typed_driver = {
