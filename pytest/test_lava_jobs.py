@@ -94,3 +94,27 @@ def test_a_relaunch_that_boots_afresh_fails_the_restore_and_loses_the_rest(tmp_p
     records, lost = jobs.cycle_records(PLAN, cut, "r", 1, JOB, rundir)
     assert [(r["cycle"], r["verdict"], r["phase"]) for r in records] == [(1, "pass", None), (2, "fail", "restore")]
     assert [number for number, _, _ in lost] == [3]
+
+
+def test_a_lost_console_line_does_not_fail_an_intact_s3_cycle(tmp_path):
+    """A server restart lost console lines from a job log, among them an S3
+    cycle's "Low-level resume complete": the proof is counted in the cycle's
+    md5-checked report instead, so the cycle still passes with one
+    PMSuspended/PMWakeup pair (and not two where the console has it too)."""
+    entries = [e for e in _entries() if not (e.get("lvl") == "target" and jobs.S3_RESUME in str(e.get("msg")))]
+    rundir = RunDir(str(tmp_path), "r", link_latest=False)
+    records, lost = jobs.cycle_records(PLAN, entries, "r", 1, JOB, rundir)
+    assert lost == [] and [r["verdict"] for r in records] == ["pass", "pass", "pass"]
+    assert records[0]["proof"]["pmsuspend"] == records[0]["proof"]["pmwakeup"] == 1
+
+
+def test_the_reports_kernel_log_decides_an_s3_resume():
+    """A report whose kernel log has no firmware resume proves none, even if
+    the console shows one; the recorded S3 report has exactly one."""
+    from lab import guest_report
+    frame = jobs.frames(jobs.console_lines(_entries()))[1]
+    mode = PLAN[0][1]
+    assert guest_report.sections(frame["report"])["dmesg"].count(jobs.S3_RESUME) == 1
+    assert [e[1] for e in jobs.console_events(mode, [], 0, 0, frame["report"])] == ["pmsuspend", "pmwakeup"]
+    without = frame["report"].replace(jobs.S3_RESUME, "ACPI: PM: (line removed)")
+    assert jobs.console_events(mode, [jobs.S3_RESUME], 0, 0, without) == []

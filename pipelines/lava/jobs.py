@@ -51,7 +51,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from lab import console, modes  # noqa: E402
+from lab import console, guest_report, modes  # noqa: E402
 from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
 from lab.guest import BASE_CMDLINE  # noqa: E402
 from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
@@ -297,13 +297,22 @@ def moment(stamp):
         return None
 
 
-def console_events(mode, evidence, stamp, relaunches=0):
+def console_events(mode, evidence, stamp, relaunches=0, report=None):
     """What libvirt's events would have said, from the job log: one firmware
     S3 resume in the cycle's lines is one PMSuspended and one PMWakeup; the
     kernel entering S4 after marking its image is one PMSuspended-disk; each
     QEMU launch of LAVA's inside the cycle is the domain stopping (and being
-    started again)."""
-    resumes = sum(1 for line in evidence if S3_RESUME in line)
+    started again).
+
+    The S3 resumes are counted in the kernel log inside the cycle's report
+    when there is one: the frame's md5 protects it, while a console line can
+    be lost from the job log (a server restart lost some, and an intact cycle
+    became a false fail). S4's lines stay console-only: they are printed after
+    the snapshot, so the restored kernel's log does not have them."""
+    resume_lines = evidence
+    if report is not None:
+        resume_lines = guest_report.sections(report).get("dmesg", "").splitlines()
+    resumes = sum(1 for line in resume_lines if S3_RESUME in line)
     events = []
     for _ in range(resumes):
         events += [[stamp, "pmsuspend", "lava-console"], [stamp, "pmwakeup", "lava-console"]]
@@ -370,7 +379,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
         began = lines[begin_index][0] if begin_index is not None else frame["begin_dt"]
         start, end = moment(began), moment(frame["dt"])
         stamp = end.timestamp() if end else time.time()
-        events = console_events(mode, evidence, stamp, relaunches)
+        events = console_events(mode, evidence, stamp, relaunches, frame["report"])
         record.update(token=frame["token"], guest_boot_id=frame["boot_id"], **{EVENTS_FIELD: events},
                       events_source=EVENTS_SOURCE,
                       report=rundir.write_file(report_path(number), frame["report"], compress=True),
