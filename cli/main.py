@@ -52,6 +52,10 @@ script's prepare step).
 
   --results DIR   results root of the guest tests' run and of junit.xml
                   (pytest's own name for it is --lab-results)
+  --kernel SPEC [--series DIR|none]
+                  the guest tests boot that kernel (lab/kernels.py: e.g.
+                  linux-source-6.12, a tarball, a git tree DIR[@REF]), built
+                  first by kernel/build --kernel like ./pmlab run --kernel
 
 The suite's own options (--mode in the one mode grammar, --baseline,
 --uri, --watchdog, ...): /usr/bin/python3 -m pytest pytest/ --help.

@@ -21,6 +21,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from lab import artifacts as artifacts_mod  # noqa: E402
+from lab import options  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import virt  # noqa: E402
 from lab.cycle import watchdogs_from  # noqa: E402
@@ -37,6 +38,10 @@ def pytest_addoption(parser):
     group.addoption("--wake", help="wake source (mem: pmwakeup|rtc, freeze: powerbutton, disk: platform|reboot)")
     group.addoption("--artifacts", help="kernel artifact directory (default build/out)")
     group.addoption("--baseline", action="store_true", help="use build/baseline/out")
+    group.addoption("--kernel", metavar="SPEC",
+                    help="the artifacts of kernel/build --kernel SPEC (lab/kernels.py: linux-source-6.12, "
+                         "a tarball, a git tree DIR[@REF]); ./pmlab test --kernel builds it first")
+    group.addoption("--series", metavar="DIR|none", help="with --kernel: the series it was built with")
     group.addoption("--uri", default=virt.DEFAULT_URI, help="libvirt URI")
     group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
     group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
@@ -104,10 +109,12 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("cycle_spec", specs, ids=ids)
 
 
-def _artifacts_dir(config):
-    if config.getoption("--baseline"):
-        return artifacts_mod.BASELINE_DIR
-    return config.getoption("--artifacts") or artifacts_mod.DEFAULT_DIR
+def artifacts_dir(config):
+    """The kernel artifacts the guest tests boot: --artifacts, --baseline or
+    --kernel/--series, read as every verb reads them (lab.options)."""
+    import argparse
+    return options.artifacts_dir(argparse.Namespace(**{name: config.getoption("--" + name)
+                                                       for name in ("artifacts", "baseline", "kernel", "series")}))
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +124,7 @@ def lab_run(request):
     config = request.config
     problem = None
     try:
-        found = artifacts_mod.find(_artifacts_dir(config))
+        found = artifacts_mod.find(artifacts_dir(config))
         watchdogs = watchdogs_from(config.getoption("--watchdog"))
         connection = virt.Connection(config.getoption("--uri"))
     except virt.LabError as error:

@@ -179,3 +179,18 @@ def test_a_build_of_another_commit_is_not_current_for_the_commit_pipeline(tmp_pa
     with open(os.path.join(kernel.artifacts, "manifest.json"), "w") as out:
         out.write(f'{{"variant": "baseline", "series_hash": "none", "source_commit": "{kernel.commit}"}}')
     assert commit.kernel_current(kernel.artifacts, kernel=kernel) == (True, "series none, inputs older than the build")
+
+
+def test_the_test_suite_boots_the_kernel_its_options_name(pytestconfig, monkeypatch):
+    """./pmlab test --kernel SPEC: the guest tests' artifacts are that
+    kernel's build directory, read as every verb reads --kernel; a bad spec
+    is the lab setup's named error."""
+    from conftest import artifacts_dir
+    given = {"--artifacts": None, "--baseline": False, "--kernel": "linux-source-6.12", "--series": None}
+    monkeypatch.setattr(pytestconfig, "getoption", given.get)
+    assert artifacts_dir(pytestconfig) == os.path.join(REPO, "build", "kernels", "linux-source-6.12", "out")
+    given["--kernel"] = "linux-source-9.9"
+    with pytest.raises(LabError, match="linux-source-9.9"):
+        artifacts_dir(pytestconfig)
+    given.update({"--kernel": None, "--baseline": True})
+    assert artifacts_dir(pytestconfig).endswith(os.path.join("build", "baseline", "out"))

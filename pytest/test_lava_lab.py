@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from conftest import artifacts_dir
 from lab.records import RunDir, read_cycles
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +43,7 @@ COMPARED = ("verdict", "phase", "enter_status", "failed_callbacks", "ordering_vi
 
 
 def _artifacts(config):
-    return config.getoption("--artifacts") or os.path.join(REPO, "build", "out")
+    return artifacts_dir(config)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from conftest import artifacts_dir
 from lab import artifacts as artifacts_mod
 
 pytestmark = pytest.mark.guest
@@ -27,9 +28,7 @@ PYTHON = "/usr/bin/python3"
 
 
 def _artifacts(config):
-    if config.getoption("--baseline"):
-        return artifacts_mod.BASELINE_DIR
-    return config.getoption("--artifacts") or artifacts_mod.DEFAULT_DIR
+    return artifacts_dir(config)
 
 
 @pytest.fixture
