@@ -6,6 +6,9 @@ checked before anything is built, and the build directory it owns.
   PATH.tar.xz          a tarball (.tar.xz, .tar.gz, .tgz, .tar) with one top directory
   DIR[@REF]            a git tree at REF (a tag, branch or commit; default HEAD)
 
+--config FILE is a .config of the user's that the project fragment is merged
+onto instead of the tree's tinyconfig (its content hash is part of the key).
+
 --series DIR|none picks the patch series applied on top; the default is the
 bundled series for that kernel (kernel/patches for 6.1, kernel/patches/<X.Y>
 for another Debian source when the project has one) and none for a tree or
@@ -17,7 +20,7 @@ gets build/kernels/<key>/ so switching back and forth stays incremental.
 $PMLAB_BUILD overrides it for any kernel (a bisection builds every commit of
 a git tree in one directory: its clone moves between commits by checkout).
 
-  python3 -m lab.kernels shell [--kernel SPEC] [--series DIR|none]
+  python3 -m lab.kernels shell [--kernel SPEC] [--series DIR|none] [--config FILE]
       prints shell assignments for kernel/build and lab/build-initramfs (like
       `ssh-agent -s`), or names the bad input on stderr and exits 2.
 """
@@ -51,6 +54,7 @@ class Kernel:
     series: str        # the series directory, "" for none
     build: str         # this kernel's build directory
     key: str           # its name under build/kernels/ ("" for the default kernel)
+    config: str = ""   # the user's base .config (--config), "" for the tree's tinyconfig
 
     @property
     def artifacts(self):
@@ -102,11 +106,33 @@ def _series(series, default):
     return directory, f"-series-{series_hash(directory)[:10]}"
 
 
-def resolve(spec=None, series=None, repo=REPO, build_env=None):
-    """The Kernel of SPEC (default linux-source-6.1) and --series; raises
-    KernelSpecError naming what is wrong and where, before any build.
+def _base_config(config):
+    """(absolute path, key part) of a --config FILE, checked."""
+    if not config:
+        return "", ""
+    path = os.path.abspath(config)
+    try:
+        with open(path, "rb") as source:
+            text = source.read()
+    except OSError as error:
+        raise KernelSpecError(f"--config {config}: {error.strerror}") from None
+    if not re.search(rb"^(CONFIG_\w+=|# CONFIG_\w+ is not set)", text, re.M):
+        raise KernelSpecError(f"--config {config}: not a kernel .config (no CONFIG_ line)")
+    return path, f"-config-{hashlib.sha256(text).hexdigest()[:10]}"
+
+
+def resolve(spec=None, series=None, repo=REPO, build_env=None, config=None):
+    """The Kernel of SPEC (default linux-source-6.1), --series and --config;
+    raises KernelSpecError naming what is wrong and where, before any build.
     build_env: $PMLAB_BUILD's value (None: read it), which moves any
     kernel's build directory, as in kernel/build."""
+    base, config_part = _base_config(config)
+    kernel = _resolve(spec, series, repo, build_env, config_part)
+    kernel.config = base
+    return kernel
+
+
+def _resolve(spec, series, repo, build_env, config_part):
     spec = spec or DEFAULT_SPEC
     builds = os.path.join(repo, "build", "kernels")
     override = os.environ.get("PMLAB_BUILD") if build_env is None else build_env
@@ -120,6 +146,7 @@ def resolve(spec=None, series=None, repo=REPO, build_env=None):
             raise KernelSpecError(f"kernel {spec}: the project has no series for {debian[1]} "
                                   f"(kernel/patches/{debian[1]}/series): give --series DIR or --series none")
         directory, part = _series(series, bundled)
+        part += config_part
         if spec == DEFAULT_SPEC and not part:
             return Kernel(spec, "debian", tarball, "", directory, override or os.path.join(repo, "build"), "")
         key = spec + part
@@ -131,6 +158,7 @@ def resolve(spec=None, series=None, repo=REPO, build_env=None):
         stat = os.stat(tarball)
         stamp = hashlib.sha256(f"{tarball}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
         directory, part = _series(series, None)
+        part += config_part
         name = re.sub(r"[^A-Za-z0-9.+-]", "_", os.path.basename(tarball).split(".tar")[0].removesuffix(".tgz"))
         key = f"tar-{name}-{stamp}{part}"
         return Kernel(spec, "tarball", tarball, "", directory, override or os.path.join(builds, key), key)
@@ -148,6 +176,7 @@ def resolve(spec=None, series=None, repo=REPO, build_env=None):
             raise KernelSpecError(f"kernel {spec}: commit {commit[:12]} of {tree} has no top-level Makefile: "
                                   "not a kernel tree")
         directory, part = _series(series, None)
+        part += config_part
         name = re.sub(r"[^A-Za-z0-9.+-]", "_", os.path.basename(tree))
         key = f"git-{name}-{commit[:12]}{part}"
         return Kernel(spec, "git", tree, commit, directory, override or os.path.join(builds, key), key)
@@ -163,7 +192,8 @@ def shell(kernel):
     values = {"KERNEL_SPEC": kernel.spec, "KERNEL_KIND": kernel.kind, "KERNEL_KEY": kernel.key,
               "TARBALL": kernel.source if kernel.kind != "git" else "",
               "SOURCE_GIT": kernel.source if kernel.kind == "git" else "",
-              "SOURCE_COMMIT": kernel.commit, "SERIES_DIR": kernel.series, "BUILD": kernel.build}
+              "SOURCE_COMMIT": kernel.commit, "SERIES_DIR": kernel.series, "BUILD": kernel.build,
+              "BASE_CONFIG": kernel.config}
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
 
 
@@ -174,9 +204,10 @@ def main(argv=None):
                         help="shell: assignments for kernel/build; artifacts: the artifact directory")
     parser.add_argument("--kernel", metavar="SPEC")
     parser.add_argument("--series", metavar="DIR|none")
+    parser.add_argument("--config", metavar="FILE")
     args = parser.parse_args(argv)
     try:
-        kernel = resolve(args.kernel, args.series)
+        kernel = resolve(args.kernel, args.series, config=args.config)
     except KernelSpecError as error:
         print(f"pmlab: {error}", file=sys.stderr)
         return 2

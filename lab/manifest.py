@@ -22,7 +22,7 @@ from lab import files
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "pmlab-run-manifest/1"
 KERNEL_FIELDS = ("variant", "tree", "tree_version", "kernelrelease", "series_hash", "config_hash", "compiler",
-                 "kernel_spec", "source_commit")
+                 "kernel_spec", "source_commit", "base_config")
 
 
 def _run(argv, errors, cwd=None):

@@ -44,7 +44,8 @@ def add_modes(parser, default_text, cycles=True, wake=True):
 
 def add_kernel(parser, artifacts_default=None):
     """Which kernel's artifacts: --artifacts DIR, --baseline (the unpatched
-    kernel: build/baseline/out), or --kernel SPEC [--series DIR|none] (the
+    kernel: build/baseline/out), or --kernel SPEC [--series DIR|none]
+    [--config FILE] (the
     artifacts kernel/build --kernel SPEC wrote; lab/kernels.py). Read them
     with artifacts_dir()."""
     parser.add_argument("--artifacts", default=artifacts_default, metavar="DIR",
@@ -56,6 +57,9 @@ def add_kernel(parser, artifacts_default=None):
                              "its build directory's artifacts (./pmlab run and test build it first)")
     parser.add_argument("--series", metavar="DIR|none",
                         help="with --kernel: the patch series applied (default: the bundled one for that kernel)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="a .config the project fragment is merged onto instead of the tree's tinyconfig "
+                             "(a build directory of its own)")
 
 
 def artifacts_dir(args, default=None):
@@ -64,12 +68,12 @@ def artifacts_dir(args, default=None):
     from lab import artifacts as artifacts_mod
     from lab import kernels
     from lab.virt import LabError
-    spec, series = getattr(args, "kernel", None), getattr(args, "series", None)
-    if spec or series:
+    spec, series, config = (getattr(args, name, None) for name in ("kernel", "series", "config"))
+    if spec or series or config:
         if args.baseline or (args.artifacts and args.artifacts != default):
-            raise LabError("--kernel/--series name a kernel: give them without --artifacts or --baseline")
+            raise LabError("--kernel/--series/--config name a kernel: give them without --artifacts or --baseline")
         try:
-            return kernels.resolve(spec, series).artifacts
+            return kernels.resolve(spec, series, config=config).artifacts
         except kernels.KernelSpecError as error:
             raise LabError(str(error)) from None
     if args.baseline:

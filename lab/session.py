@@ -63,7 +63,8 @@ class Session:
                            "kernelrelease": manifest.get("kernelrelease"),
                            "series_hash": manifest.get("series_hash"),
                            # kernel/build --kernel: which tree (absent before)
-                           **{key: manifest[key] for key in ("kernel_spec", "source_commit") if manifest.get(key)},
+                           **{key: manifest[key] for key in ("kernel_spec", "source_commit", "base_config")
+                              if manifest.get(key)},
                            "modules": self.artifacts.modules},
                 "profile": self.profile, "worker": self.worker,
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}

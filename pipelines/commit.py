@@ -163,6 +163,8 @@ def parse_args(argv):
     parser.add_argument("--kernel", metavar="SPEC",
                         help="the kernel to build and test (lab/kernels.py; default linux-source-6.1)")
     parser.add_argument("--series", metavar="DIR|none", help="with --kernel: the series applied (default: bundled)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="a .config the project fragment is merged onto instead of tinyconfig")
     lab = parser.add_argument_group("passed to lab.run")
     options.add_guest(lab)
     options.add_inject(lab, "one smoke cycle (proves the gate: that run must regress)")
@@ -185,11 +187,12 @@ def main(argv=None):
     args.results = os.path.abspath(args.results)
     try:
         smoke = modes_mod.expand(args.mode, [DEFAULT_SMOKE])
-        kernel = kernels.resolve(args.kernel, args.series)
+        kernel = kernels.resolve(args.kernel, args.series, config=args.config)
     except Exception as error:  # lab.virt.LabError from the grammar, kernels.KernelSpecError
         print(f"commit: {error}", file=sys.stderr)
         return 2
-    kernel_args = (["--kernel", args.kernel] if args.kernel else []) + (["--series", args.series] if args.series else [])
+    kernel_args = [arg for name in ("kernel", "series", "config") if getattr(args, name)
+                   for arg in (f"--{name}", getattr(args, name))]
     run_id = args.run_id or f"commit-{stamp()}-{os.getpid()}"
     run_dir = os.path.join(args.results, run_id)
     os.makedirs(run_dir, exist_ok=True)

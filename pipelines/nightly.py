@@ -76,12 +76,12 @@ def parse_args(argv):
     options.add_keep(lab, "failures")
     options.add_inject(lab, "that cycle of the plan (its number in the whole run, any shard)")
     args = parser.parse_args(argv)
-    if args.kernel or args.series:  # one directory for lab.run, the LAVA jobs and the manifest
+    if args.kernel or args.series or args.config:  # one directory for lab.run, the LAVA jobs and the manifest
         try:
             args.artifacts = options.artifacts_dir(args)
         except Exception as error:  # lab.virt.LabError
             parser.error(str(error))
-        args.kernel = args.series = None
+        args.kernel = args.series = args.config = None
     return parser, args
 
 

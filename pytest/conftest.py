@@ -42,6 +42,7 @@ def pytest_addoption(parser):
                     help="the artifacts of kernel/build --kernel SPEC (lab/kernels.py: linux-source-6.12, "
                          "a tarball, a git tree DIR[@REF]); ./pmlab test --kernel builds it first")
     group.addoption("--series", metavar="DIR|none", help="with --kernel: the series it was built with")
+    group.addoption("--config", metavar="FILE", help="with --kernel: the .config it was built on")
     group.addoption("--uri", default=virt.DEFAULT_URI, help="libvirt URI")
     group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
     group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
@@ -114,7 +115,7 @@ def artifacts_dir(config):
     --kernel/--series, read as every verb reads them (lab.options)."""
     import argparse
     return options.artifacts_dir(argparse.Namespace(**{name: config.getoption("--" + name)
-                                                       for name in ("artifacts", "baseline", "kernel", "series")}))
+                                                       for name in ("artifacts", "baseline", "kernel", "series", "config")}))
 
 
 @pytest.fixture(scope="session")

@@ -112,6 +112,25 @@ def test_the_options_name_one_kernel():
         options.artifacts_dir(parser.parse_args(["--kernel", "v6.12"]))
 
 
+def test_a_users_config_is_part_of_the_key_and_is_checked(tree, tmp_path):
+    config = tmp_path / "my.config"
+    config.write_text("CONFIG_64BIT=y\n# CONFIG_SWAP is not set\n")
+    mine = kernels.resolve(f"{tree}@good", config=str(config))
+    plain = kernels.resolve(f"{tree}@good")
+    assert mine.config == str(config) and plain.config == ""
+    assert mine.key.startswith(plain.key + "-config-") and mine.build != plain.build
+    default = kernels.resolve(config=str(config), build_env="")
+    assert default.key.startswith("linux-source-6.1-config-")  # not build/: that one is tinyconfig's
+    assert "BASE_CONFIG=" + str(config) in kernels.shell(mine)
+    config.write_text("CONFIG_64BIT=y\n")
+    assert kernels.resolve(f"{tree}@good", config=str(config)).key != mine.key
+    with pytest.raises(kernels.KernelSpecError, match="--config /no/such.config: No such file"):
+        kernels.resolve(config="/no/such.config")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    with pytest.raises(kernels.KernelSpecError, match="not a kernel .config"):
+        kernels.resolve(config=str(tmp_path / "notes.txt"))
+
+
 def _kernel_build(*args, tmp_path):
     """kernel/build with a lock of its own: these runs never compile, so they
     need not wait for a real build."""
@@ -194,3 +213,9 @@ def test_the_test_suite_boots_the_kernel_its_options_name(pytestconfig, monkeypa
         artifacts_dir(pytestconfig)
     given.update({"--kernel": None, "--baseline": True})
     assert artifacts_dir(pytestconfig).endswith(os.path.join("build", "baseline", "out"))
+
+
+def test_kernel_build_refuses_a_config_that_is_not_one_before_extracting_anything(tmp_path):
+    (tmp_path / "x.config").write_text("not a config\n")
+    done = _kernel_build("--config", str(tmp_path / "x.config"), tmp_path=tmp_path)
+    assert done.returncode == 2 and "not a kernel .config" in done.stderr, done.stderr
