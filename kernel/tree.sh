@@ -2,7 +2,7 @@
 # and the patch series.  Expects $repo and defines die().
 
 TARBALL=${PMLAB_LINUX_TARBALL:-/usr/src/linux-source-6.1.tar.xz}
-SERIES_DIR=${PMLAB_SERIES_DIR:-$repo/kernel/patches}
+SERIES_DIR=${PMLAB_SERIES_DIR:-$repo/kernel/patches/6.1}
 
 die() { echo "${0##*/}: $*" >&2; exit 1; }
 

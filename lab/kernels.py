@@ -10,9 +10,9 @@ checked before anything is built, and the build directory it owns.
 onto instead of the tree's tinyconfig (its content hash is part of the key).
 
 --series DIR|none picks the patch series applied on top; the default is the
-bundled series for that kernel (kernel/patches for 6.1, kernel/patches/<X.Y>
-for another Debian source when the project has one) and none for a tree or
-tarball of the user's.
+bundled series for a Debian source when the project has one
+(kernel/patches/<X.Y>: 6.1, 6.12) and none for a tree or tarball of the
+user's.
 
 Each resolved kernel has its own build directory, keyed by tree, ref and
 series: the default kernel keeps build/ (build/out, as always); any other one
@@ -66,9 +66,7 @@ def _git(tree, *args):
 
 
 def _bundled_series(version):
-    """The project's series for a Debian kernel X.Y, or None."""
-    if version == "6.1":
-        return SERIES_ROOT
+    """The project's series for a Debian kernel X.Y (kernel/patches/X.Y), or None."""
     candidate = os.path.join(SERIES_ROOT, version)
     return candidate if os.path.isfile(os.path.join(candidate, "series")) else None
 

@@ -1,7 +1,7 @@
 """Find the first bad patch of the kernel patch series, or the first bad
 commit of a kernel git tree, with `git bisect run`.
 
-  ./pmlab bisect GOOD BAD [--check build|smoke] [--series-dir kernel/patches]
+  ./pmlab bisect GOOD BAD [--check build|smoke] [--series-dir kernel/patches/6.1]
                  [--build-dir build/bisect] [--mode mem*2,freeze] [--keep]
   ./pmlab bisect GOOD BAD --check-cmd 'SHELL COMMAND'
   ./pmlab bisect --kernel-tree DIR GOOD_REF BAD_REF [--series DIR|none] [--check ...]
@@ -287,7 +287,7 @@ def parse_args(argv):
     parser.add_argument("bad", nargs="?")
     parser.add_argument("--check", choices=("build", "smoke"), default="smoke")
     parser.add_argument("--check-cmd", help="shell command instead of build/smoke (0 good, 125 skip, else bad)")
-    parser.add_argument("--series-dir", default=os.path.join(REPO, "kernel", "patches"))
+    parser.add_argument("--series-dir", default=os.path.join(REPO, "kernel", "patches", "6.1"))
     parser.add_argument("--build-dir", default=os.path.join(REPO, "build", "bisect"),
                         help="PMLAB_BUILD of the steps (kept: later bisections build incrementally)")
     options.add_modes(parser, f"{DEFAULT_SMOKE}: the smoke cycles of each step", cycles=False, wake=False)

@@ -89,7 +89,7 @@ def kernel_current(artifacts, repo=REPO, kernel=None):
     manifest = read_json(manifest_path)
     if not manifest or not os.path.isfile(os.path.join(artifacts, "bzImage")):
         return False, "no built kernel"
-    series = kernel.series if kernel else os.path.join(repo, "kernel", "patches")
+    series = kernel.series if kernel else os.path.join(repo, "kernel", "patches", "6.1")
     want = series_hash(series) if series else "none"
     if manifest.get("variant") != ("patched" if series else "baseline") or manifest.get("series_hash") != want:
         return False, f"series hash {manifest.get('series_hash')} != {want}"

@@ -14,7 +14,7 @@ from lab import guest_report, modes, oracle
 from lab.session import Session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATCHES = os.path.join(REPO, "kernel", "patches")
+PATCHES = os.path.join(REPO, "kernel", "patches", "6.1")
 OUT = artifacts_mod.DEFAULT_DIR
 
 
@@ -41,10 +41,11 @@ def test_6_12_series_is_checkpatch_clean_and_applies():
     """The port to linux-source-6.12 (kernel/patches/6.12), checked with 6.12's
     own checkpatch in its own build directory.  Extracting a second tree takes
     minutes, so this runs in pipelines."""
-    series_dir = os.path.join(PATCHES, "6.12")
+    series_dir = os.path.join(REPO, "kernel", "patches", "6.12")
     env = {"PMLAB_LINUX_TARBALL": "/usr/src/linux-source-6.12.tar.xz",
            "PMLAB_SERIES_DIR": series_dir,
-           "PMLAB_BUILD": os.environ.get("PMLAB_BUILD_6_12", os.path.join(REPO, "build", "6.12"))}
+           # the build directory of --kernel linux-source-6.12: its tree is extracted once
+           "PMLAB_BUILD": os.path.join(REPO, "build", "kernels", "linux-source-6.12")}
     result = run("kernel/check-series", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     names = series(series_dir)

@@ -51,7 +51,7 @@ def test_the_default_kernel_keeps_build_and_its_series():
     kernel = kernels.resolve(build_env="")
     assert kernel.spec == "linux-source-6.1" and kernel.key == ""
     assert kernel.build == os.path.join(REPO, "build") and kernel.artifacts == os.path.join(REPO, "build", "out")
-    assert kernel.series == os.path.join(REPO, "kernel", "patches")
+    assert kernel.series == os.path.join(REPO, "kernel", "patches", "6.1")
     assert kernels.resolve("linux-source-6.1", "none").key == "linux-source-6.1-noseries"
     assert kernels.resolve("linux-source-6.1", "none").build.endswith("build/kernels/linux-source-6.1-noseries")
 
@@ -149,12 +149,12 @@ def test_kernel_build_refuses_a_missing_ref_before_extracting_anything(tree, tmp
 
 
 def test_kernel_build_names_the_patch_that_does_not_apply_and_compiles_nothing(tree, tmp_path):
-    kernel = kernels.resolve(f"{tree}@good", os.path.join(REPO, "kernel", "patches"))
+    kernel = kernels.resolve(f"{tree}@good", os.path.join(REPO, "kernel", "patches", "6.1"))
     try:
-        done = _kernel_build("--kernel", f"{tree}@good", "--series", os.path.join(REPO, "kernel", "patches"),
+        done = _kernel_build("--kernel", f"{tree}@good", "--series", os.path.join(REPO, "kernel", "patches", "6.1"),
                              tmp_path=tmp_path)
         assert done.returncode == 1, done.stderr
-        first = next(line for line in open(os.path.join(REPO, "kernel", "patches", "series")).read().split("\n")
+        first = next(line for line in open(os.path.join(REPO, "kernel", "patches", "6.1", "series")).read().split("\n")
                      if line.strip() and not line.startswith("#"))
         assert f"patch {first} does not apply to linux@{kernel.commit[:12]}" in done.stderr
         assert not os.path.exists(os.path.join(kernel.build, "out", "bzImage"))

@@ -142,7 +142,7 @@ def test_smoke_spec_and_series_hash_match_kernel_tree_sh(tmp_path):
     assert commit_mod.parse_smoke("mem=2,freeze,disk=1") == ["mem", "mem", "freeze", "disk"]
     with pytest.raises(ValueError):
         commit_mod.parse_smoke("mem=0")
-    series = os.path.join(REPO, "kernel", "patches")
+    series = os.path.join(REPO, "kernel", "patches", "6.1")
     shell = subprocess.run(["sh", "-c", ". kernel/tree.sh; series_hash"], cwd=REPO, capture_output=True,
                            text=True, env=dict(os.environ, repo=REPO))
     assert shell.returncode == 0, shell.stderr

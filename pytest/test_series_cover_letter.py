@@ -1,5 +1,5 @@
-"""The cover letter (kernel/patches/0000-cover-letter.patch) speaks for the
-series as it is: its shortlog names every patch of kernel/patches/series, in
+"""The cover letter (kernel/patches/6.1/0000-cover-letter.patch) speaks for the
+series as it is: its shortlog names every patch of kernel/patches/6.1/series, in
 order, and its numbering matches the series length.  The same for the port to
 linux-source-6.12 (kernel/patches/6.12)."""
 
@@ -11,8 +11,8 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATCHES_6_1 = os.path.join(REPO, "kernel", "patches")
-PATCHES_6_12 = os.path.join(PATCHES_6_1, "6.12")
+PATCHES_6_1 = os.path.join(REPO, "kernel", "patches", "6.1")
+PATCHES_6_12 = os.path.join(REPO, "kernel", "patches", "6.12")
 SERIES_DIRS = [PATCHES_6_1, PATCHES_6_12]
 
 # The legacy drivers whose behaviour changes, as kernel/audit-legacy-pm finds
