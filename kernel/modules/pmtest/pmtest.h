@@ -29,6 +29,8 @@
 #include <linux/device.h>
 #include <linux/types.h>
 
+struct platform_device;
+
 struct dentry;
 
 /* Longest device name kept in a log record or a knob, NUL included. */
@@ -38,7 +40,7 @@ struct dentry;
  * The return type of struct platform_driver's ->remove(): int in 6.1, void
  * once every driver had been converted (Kbuild defines
  * PMTEST_PLATFORM_REMOVE_VOID from <linux/platform_device.h>).  A remove
- * callback is declared "static pmtest_remove_t" and ends with
+ * callback is declared "pmtest_remove_t" and ends with
  * "return PMTEST_REMOVED;".
  */
 #ifdef PMTEST_PLATFORM_REMOVE_VOID
@@ -151,6 +153,8 @@ void pmtest_dev_del(struct device *dev);
 /* pmtest_platform.c */
 extern const struct dev_pm_ops pmtest_full_pm_ops;
 extern const struct dev_pm_ops pmtest_flags_pm_ops;
+int pmtest_leaf_probe(struct platform_device *pdev);
+pmtest_remove_t pmtest_platform_remove(struct platform_device *pdev);
 int pmtest_platform_init(unsigned int depth, unsigned int fanout);
 void pmtest_platform_exit(void);
 void pmtest_platform_add_child(struct device *parent, enum pmtest_cb cb,

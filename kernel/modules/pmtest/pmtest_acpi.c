@@ -49,24 +49,10 @@ static const struct acpi_device_id pmtest_acpi_ids[] = {
 };
 MODULE_DEVICE_TABLE(acpi, pmtest_acpi_ids);
 
-static int pmtest_acpi_probe(struct platform_device *pdev)
-{
-	/* Its children are the firmware's to declare: no child knob. */
-	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
-				 PMTEST_KNOBS_DEVICE,
-				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
-}
-
-static pmtest_remove_t pmtest_acpi_remove(struct platform_device *pdev)
-{
-	pmtest_dev_del(&pdev->dev);
-
-	return PMTEST_REMOVED;
-}
-
 static struct platform_driver pmtest_acpi_driver = {
-	.probe = pmtest_acpi_probe,
-	.remove = pmtest_acpi_remove,
+	/* Its children are the firmware's to declare: no child knob. */
+	.probe = pmtest_leaf_probe,
+	.remove = pmtest_platform_remove,
 	.driver = {
 		.name = "pmtest_acpi",
 		.acpi_match_table = pmtest_acpi_ids,

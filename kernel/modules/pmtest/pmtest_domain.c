@@ -33,23 +33,9 @@ static struct platform_device *pmtest_pd_pdevs[PMTEST_PD_DEVICES];
 /* Its ops are pmtest_layer_pm_ops, copied in at init. */
 static struct dev_pm_domain pmtest_pm_domain;
 
-static int pmtest_domain_probe(struct platform_device *pdev)
-{
-	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
-				 PMTEST_KNOBS_DEVICE,
-				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
-}
-
-static pmtest_remove_t pmtest_domain_remove(struct platform_device *pdev)
-{
-	pmtest_dev_del(&pdev->dev);
-
-	return PMTEST_REMOVED;
-}
-
 static struct platform_driver pmtest_domain_driver = {
-	.probe = pmtest_domain_probe,
-	.remove = pmtest_domain_remove,
+	.probe = pmtest_leaf_probe,
+	.remove = pmtest_platform_remove,
 	.driver = {
 		.name = "pmtest_domain",
 		.pm = &pmtest_full_pm_ops,

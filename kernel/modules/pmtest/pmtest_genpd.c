@@ -53,23 +53,9 @@ static struct generic_pm_domain pmtest_genpd_domain = {
 
 static bool pmtest_genpd_domain_ready;
 
-static int pmtest_genpd_probe(struct platform_device *pdev)
-{
-	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
-				 PMTEST_KNOBS_DEVICE,
-				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
-}
-
-static pmtest_remove_t pmtest_genpd_remove(struct platform_device *pdev)
-{
-	pmtest_dev_del(&pdev->dev);
-
-	return PMTEST_REMOVED;
-}
-
 static struct platform_driver pmtest_genpd_driver = {
-	.probe = pmtest_genpd_probe,
-	.remove = pmtest_genpd_remove,
+	.probe = pmtest_leaf_probe,
+	.remove = pmtest_platform_remove,
 	.driver = {
 		.name = "pmtest_genpd",
 		.pm = &pmtest_full_pm_ops,

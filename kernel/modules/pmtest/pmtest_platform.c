@@ -185,7 +185,26 @@ static int pmtest_platform_probe(struct platform_device *pdev)
 	return pmtest_dev_add(&pdev->dev, true);
 }
 
-static pmtest_remove_t pmtest_platform_remove(struct platform_device *pdev)
+/**
+ * pmtest_leaf_probe - Probe a device of a driver with pmtest_full_pm_ops
+ * @pdev: the device
+ *
+ * For the drivers of the PM domain, genpd, ACPI and type/class devices:
+ * every callback and fault knob of pmtest_full, but no child knob (their
+ * children are not pmtest's to add).
+ */
+int pmtest_leaf_probe(struct platform_device *pdev)
+{
+	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
+				 PMTEST_KNOBS_DEVICE,
+				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
+}
+
+/**
+ * pmtest_platform_remove - Forget a pmtest platform device's knobs
+ * @pdev: the device
+ */
+pmtest_remove_t pmtest_platform_remove(struct platform_device *pdev)
 {
 	pmtest_dev_del(&pdev->dev);
 

@@ -45,23 +45,9 @@ static struct class pmtest_class = {
 	.pm = &pmtest_full_pm_ops,
 };
 
-static int pmtest_typed_probe(struct platform_device *pdev)
-{
-	return pmtest_target_add(dev_name(&pdev->dev), &pdev->dev,
-				 PMTEST_KNOBS_DEVICE,
-				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
-}
-
-static pmtest_remove_t pmtest_typed_remove(struct platform_device *pdev)
-{
-	pmtest_dev_del(&pdev->dev);
-
-	return PMTEST_REMOVED;
-}
-
 static struct platform_driver pmtest_typed_driver = {
-	.probe = pmtest_typed_probe,
-	.remove = pmtest_typed_remove,
+	.probe = pmtest_leaf_probe,
+	.remove = pmtest_platform_remove,
 	.driver = {
 		.name = "pmtest_typed",
 		.pm = &pmtest_full_pm_ops,
