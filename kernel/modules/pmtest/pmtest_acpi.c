@@ -100,14 +100,14 @@ static int pmtest_acpi_smart_probe(struct platform_device *pdev)
 				 pmtest_pm_ops_cbs(&pmtest_full_pm_ops));
 }
 
-static int pmtest_acpi_smart_remove(struct platform_device *pdev)
+static pmtest_remove_t pmtest_acpi_smart_remove(struct platform_device *pdev)
 {
 	pmtest_dev_del(&pdev->dev);
 	pm_runtime_disable(&pdev->dev);
 	if (pmtest_acpi_smart_flags(&pdev->dev) & PMTEST_ACPI_RPM_ACTIVE)
 		pm_runtime_put_noidle(&pdev->dev);
 
-	return 0;
+	return PMTEST_REMOVED;
 }
 
 static struct platform_driver pmtest_acpi_smart_driver = {
