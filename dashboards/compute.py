@@ -27,6 +27,12 @@ Sections (dashboards/schema/dashboard.v1.json):
   trends       builds (project commit + kernel series hash + variant) in order
                of their first cycle; per mode: pass counts per build, first
                fail, last pass, failing since.
+  kernels      one entry per kernel (kernel spec [@ source commit] + series
+               hash + config hash + variant, kernel_key), in order of its
+               first cycle, to compare kernels side by side: per mode the
+               verdict counts and pass rate (lab.records.pass_rate),
+               suspend_ms / resume_ms of passing cycles, and the kernel's
+               slowest device callbacks (its own latency counts).
   runs         per run id: cycles, time span, builds, manifests.
   input_errors malformed input, with file and line (also printed on stderr).
 
@@ -43,17 +49,20 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
 from dashboards import buckets, inputs as inputs_module
 from lab import files, records
+from lab.kernels import DEFAULT_SPEC
 from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
 
 SCHEMA = "pmlab-dashboard/1"
 HISTOGRAM_EDGES_MS = [0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 400, 500, 750, 1000, 2000, 5000]
 TOP_N = 25
 MAX_FAILURES = 500
+KERNEL_TOP_N = 10
 
 
 def distribution(values):
@@ -93,6 +102,31 @@ def order_key(cycle):
 def build_key(cycle):
     commit = (cycle["commit"] or "unknown")[:12]
     key = f"{commit}/{cycle['series_hash'] or 'none'}"
+    return key + (f"/{cycle['variant']}" if cycle["variant"] else "")
+
+
+LEGACY_RELEASE = re.compile(r"6\.1(?!\d)")  # 6.1.192+: the only kernel before records named their spec
+
+
+def kernel_spec_of(cycle):
+    """(spec, recorded): the record's (or its manifest's) kernel spec; a cycle
+    from before specs were recorded ran the default kernel, linux-source-6.1,
+    unless its kernelrelease says otherwise."""
+    if cycle["kernel_spec"]:
+        return cycle["kernel_spec"], True
+    release = cycle["kernelrelease"] or cycle["tree_version"]
+    if release is None or LEGACY_RELEASE.match(release):
+        return DEFAULT_SPEC, False
+    return f"kernelrelease {release}", False
+
+
+def kernel_key(cycle):
+    """What identifies the kernel a cycle ran: spec[@source commit]/series
+    hash[/config hash][/variant] (the config hash is in manifests only)."""
+    spec, _ = kernel_spec_of(cycle)
+    key = spec + (f"@{cycle['source_commit'][:12]}" if cycle["source_commit"] else "")
+    key += f"/{cycle['series_hash'] or 'none'}"
+    key += f"/{cycle['config_hash']}" if cycle["config_hash"] else ""
     return key + (f"/{cycle['variant']}" if cycle["variant"] else "")
 
 
@@ -286,6 +320,45 @@ def mean_median(values):
             "median": round(statistics.median(values), 3)}
 
 
+def passing_times(group):
+    """distribution() of suspend_ms and resume_ms over the passing cycles (as timing())."""
+    passing = [c for c in group if c["verdict"] == "pass"]
+    return {field: distribution([c[field] for c in passing if c[field] is not None])
+            for field in ("suspend_ms", "resume_ms")}
+
+
+def kernels(cycles, kernel_latency):
+    """The kernels side by side; kernel_latency: {kernel_key: latency_counts}."""
+    found = {}
+    for cycle in sorted(cycles, key=order_key):
+        key = kernel_key(cycle)
+        entry = found.get(key)
+        if entry is None:
+            spec, recorded = kernel_spec_of(cycle)
+            entry = found[key] = {"key": key, "kernel_spec": spec, "spec_recorded": recorded,
+                                  "source_commit": cycle["source_commit"], "series_hash": cycle["series_hash"],
+                                  "config_hash": cycle["config_hash"], "variant": cycle["variant"],
+                                  "first_start": cycle["host_start"], "_runs": set(), "_releases": set(),
+                                  "_cycles": []}
+        entry["last_start"] = cycle["host_start"]
+        entry["_runs"].add(cycle["run_id"])
+        entry["_releases"].update(r for r in (cycle["kernelrelease"], cycle["tree_version"]) if r)
+        entry["_cycles"].append(cycle)
+    out = []
+    for key, entry in found.items():  # insertion order: by first cycle
+        group = entry.pop("_cycles")
+        entry["runs"] = sorted(entry.pop("_runs"))
+        entry["releases"] = sorted(entry.pop("_releases"))
+        entry["all"] = verdict_counts(group)
+        entry["modes"] = {mode: dict(verdict_counts([c for c in group if c["mode"] == mode]),
+                                     **passing_times([c for c in group if c["mode"] == mode]))
+                          for mode in sorted({c["mode"] for c in group})}
+        counted = kernel_latency.get(key)
+        entry["slowest"] = latency(counted)["top_p95"][:KERNEL_TOP_N] if counted else []
+        out.append(entry)
+    return {"definition": records.PASS_RATE_DEFINITION, "top_n": KERNEL_TOP_N, "kernels": out}
+
+
 def host_time(cycles):
     timed = [c for c in cycles if c["verdict"] == "pass" and c["host_phases"]]
     modes = {}
@@ -396,14 +469,18 @@ def manifest_brief(manifest):
 
 # ------------------------------------------------------------------ entry points
 
-def build(loaded, latency_counted=None):
+def build(loaded, kernel_latency=None):
     """The dashboard dict from dashboards.inputs.load() output (and, when the
-    caller has it, the latency counts of its cycles)."""
+    caller has them, the latency counts of its cycles per kernel_key)."""
     cycles = loaded.cycles
     for cycle in cycles:
         cycle["buckets"] = buckets.classify(cycle)
-    if latency_counted is None:
-        latency_counted = latency_counts(loaded.records)
+    if kernel_latency is None:
+        per_kernel = {}
+        for cycle, record in zip(cycles, loaded.records):
+            per_kernel.setdefault(kernel_key(cycle), []).append(record)
+        kernel_latency = {key: latency_counts(group) for key, group in per_kernel.items()}
+    latency_counted = merge_latency_counts(kernel_latency.values())
     return {
         "schema": SCHEMA,
         "inputs": {"cycles": len(cycles), "runs": len({c["run_id"] for c in cycles}),
@@ -421,6 +498,7 @@ def build(loaded, latency_counted=None):
         "host_time": host_time(cycles),
         "harness_memory": harness_memory(cycles),
         "trends": trends(cycles),
+        "kernels": kernels(cycles, kernel_latency),
         "runs": runs(cycles, loaded.manifests),
     }
 
@@ -524,20 +602,26 @@ def read_part_cached(cycles_file, manifest):
 
 
 def merged_latency_counts(loaded):
-    """The latency counts of the loaded cycles from the parts' own counts; a
-    part that lost a cycle to a copy elsewhere is counted from its records."""
-    parts = []
+    """The latency counts of the loaded cycles per kernel_key from the parts'
+    own counts (a run is one kernel); a part that lost a cycle to a copy
+    elsewhere, or that holds cycles of several kernels, is counted from its
+    records."""
+    per_kernel = {}
     for part in loaded.parts:
-        lost = loaded.lost.get(part.path)
-        if part.latency is not None and not lost:
-            parts.append(part.latency)
+        gone = set(loaded.lost.get(part.path) or ())
+        keys = {key: kernel_key(cycle) for key, (cycle, _, _) in part.entries.items() if key not in gone}
+        if part.latency is not None and not gone and len(set(keys.values())) == 1:
+            per_kernel.setdefault(next(iter(keys.values())), []).append(part.latency)
             continue
         entries = part.entries
         if any(record is None for _, _, record in entries.values()):
             entries = inputs_module.read_part(part.path, None).entries  # the records behind a cached part
-        gone = set(lost or ())
-        parts.append(latency_counts(record for key, (_, _, record) in entries.items() if key not in gone))
-    return merge_latency_counts(parts)
+        grouped = {}
+        for key, kernel in keys.items():  # the cycle as loaded (with its manifest) names the kernel
+            grouped.setdefault(kernel, []).append(entries[key][2])
+        for kernel, group in grouped.items():
+            per_kernel.setdefault(kernel, []).append(latency_counts(group))
+    return {kernel: merge_latency_counts(parts) for kernel, parts in per_kernel.items()}
 
 
 def compute(paths, cache=False):

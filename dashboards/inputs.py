@@ -179,6 +179,13 @@ def normalise(record, default_run_id, manifest):
         "commit": _str(record.get("project_commit")) or _str((manifest.get("project") or {}).get("commit")),
         "series_hash": _str(kernel.get("series_hash")) or _str(manifest_kernel.get("series_hash")),
         "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
+        # which kernel (dashboards.compute.kernel_key): the record's own
+        # fields first, the run's manifest for what records do not carry
+        "kernel_spec": _str(kernel.get("kernel_spec")) or _str(manifest_kernel.get("kernel_spec")),
+        "source_commit": _str(kernel.get("source_commit")) or _str(manifest_kernel.get("source_commit")),
+        "kernelrelease": _str(kernel.get("kernelrelease")) or _str(manifest_kernel.get("kernelrelease")),
+        "tree_version": _str(manifest_kernel.get("tree_version")),
+        "config_hash": _str(manifest_kernel.get("config_hash")),
         "host_phases": _phases(record.get("host_phases")),
         "harness_rss_kib": _int(record.get("harness_rss_kib")),
         "harness_pid": _int(record.get("harness_pid")),
