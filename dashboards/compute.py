@@ -397,8 +397,10 @@ def trends(cycles):
         if build is None:
             build = builds[key] = {"key": key, "commit": cycle["commit"], "series_hash": cycle["series_hash"],
                                    "variant": cycle["variant"], "first_start": cycle["host_start"],
-                                   "runs": [], "modes": {}, "_cycles": {}}
+                                   "runs": [], "kernels": [], "modes": {}, "_cycles": {}}
         build["last_start"] = cycle["host_start"]
+        if kernel_key(cycle) not in build["kernels"]:
+            build["kernels"].append(kernel_key(cycle))
         if cycle["run_id"] not in build["runs"]:
             build["runs"].append(cycle["run_id"])
         build["_cycles"].setdefault(cycle["mode"], []).append(cycle)
@@ -434,13 +436,15 @@ def trends(cycles):
 def runs(cycles, manifests):
     out = {}
     for cycle in sorted(cycles, key=order_key):
-        run = out.setdefault(cycle["run_id"], {"cycles": 0, "modes": {}, "builds": [],
+        run = out.setdefault(cycle["run_id"], {"cycles": 0, "modes": {}, "builds": [], "kernels": [],
                                                "first_start": cycle["host_start"]})
         run["cycles"] += 1
         run["modes"][cycle["mode"]] = run["modes"].get(cycle["mode"], 0) + 1
         run["last_start"] = cycle["host_start"]
         if build_key(cycle) not in run["builds"]:
             run["builds"].append(build_key(cycle))
+        if kernel_key(cycle) not in run["kernels"]:
+            run["kernels"].append(kernel_key(cycle))
     for run_id, run in out.items():
         seen = set()
         run["manifests"] = []
@@ -461,7 +465,8 @@ def manifest_brief(manifest):
     return {"commit": project.get("commit"), "dirty": project.get("dirty"),
             "tree_version": kernel.get("tree_version"), "kernelrelease": kernel.get("kernelrelease"),
             "series_hash": kernel.get("series_hash"), "config_hash": kernel.get("config_hash"),
-            "variant": kernel.get("variant"),
+            "variant": kernel.get("variant"), "kernel_spec": kernel.get("kernel_spec"),
+            "source_commit": kernel.get("source_commit"),
             "qemu": tools.get("qemu"), "ovmf": tools.get("ovmf"), "libvirtd": tools.get("libvirtd"),
             "libvirt_daemon_system": tools.get("libvirt_daemon_system"),
             "host": host.get("hostname"), "host_kernel": host.get("kernel"), "host_os": host.get("os")}

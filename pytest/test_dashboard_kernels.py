@@ -107,6 +107,9 @@ def test_two_kernels_side_by_side_with_the_one_rate(recorded, tmp_path):
         alone = compute.compute([str(root / run)])
         assert entry["slowest"] == alone["latency"]["top_p95"][:compute.KERNEL_TOP_N] != []
         assert alone["kernels"]["kernels"][0]["modes"] == entry["modes"]
+    assert board["runs"]["run-612"]["kernels"] == [new["key"]] and board["runs"]["run-61"]["kernels"] == [old["key"]]
+    assert [b["kernels"] for b in board["trends"]["builds"]] == [[old["key"]], [new["key"]]]
+    assert board["runs"]["run-612"]["manifests"][0]["kernel_spec"] == SPEC_612
     # the kernels differ where they were made to
     assert old["modes"]["mem"]["rate"] > new["modes"]["mem"]["rate"]
     assert new["modes"]["disk"]["suspend_ms"]["p50"] > old["modes"]["disk"]["suspend_ms"]["p50"]

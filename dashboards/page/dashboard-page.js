@@ -550,6 +550,7 @@
       ['first start', function (id) { return data.runs[id].first_start; }],
       ['last start', function (id) { return data.runs[id].last_start; }],
       ['builds', function (id) { return data.runs[id].builds.join(' '); }, 'text'],
+      ['kernels', function (id) { return (data.runs[id].kernels || []).join(' '); }, 'text'],
       ['setup', function (id) {
         return data.runs[id].manifests.map(function (m) {
           return ['kernel ' + fmt(m.tree_version), 'series ' + fmt(m.series_hash), 'config ' + fmt(m.config_hash),
