@@ -31,7 +31,8 @@ Sections (dashboards/schema/dashboard.v1.json):
                hash + config hash + variant, kernel_key), in order of its
                first cycle, to compare kernels side by side: per mode the
                verdict counts and pass rate (lab.records.pass_rate),
-               suspend_ms / resume_ms of passing cycles, and the kernel's
+               suspend_ms / resume_ms and per PM phase time (records'
+               phase_ms) of passing cycles, and the kernel's
                slowest device callbacks (its own latency counts).
   runs         per run id: cycles, time span, builds, manifests.
   input_errors malformed input, with file and line (also printed on stderr).
@@ -305,12 +306,13 @@ def timing(cycles):
     return {"unit": "ms", "cycles": "pass", "bin_edges": HISTOGRAM_EDGES_MS, "modes": modes}
 
 
-def step_order(group):
-    """The steps of host_phases in their usual order: by mean position in the
-    records (the lab writes them in timeline order), then by name."""
+def step_order(group, field="host_phases"):
+    """The steps of host_phases (or phase_ms) in their usual order: by mean
+    position in the records (the lab writes them in timeline order), then by
+    name."""
     positions = {}
     for cycle in group:
-        for index, step in enumerate(cycle["host_phases"]):
+        for index, step in enumerate(cycle[field]):
             positions.setdefault(step, []).append(index)
     return sorted(positions, key=lambda step: (math.fsum(positions[step]) / len(positions[step]), step))
 
@@ -321,10 +323,18 @@ def mean_median(values):
 
 
 def passing_times(group):
-    """distribution() of suspend_ms and resume_ms over the passing cycles (as timing())."""
+    """distribution() of suspend_ms and resume_ms over the passing cycles (as
+    timing()), and per PM phase of their phase_ms (n, p50, p95; in the
+    phases' order)."""
     passing = [c for c in group if c["verdict"] == "pass"]
-    return {field: distribution([c[field] for c in passing if c[field] is not None])
-            for field in ("suspend_ms", "resume_ms")}
+    out = {field: distribution([c[field] for c in passing if c[field] is not None])
+           for field in ("suspend_ms", "resume_ms")}
+    timed = [c for c in passing if c["phase_ms"]]
+    out["phases"] = []
+    for phase in step_order(timed, "phase_ms"):
+        stats = distribution([c["phase_ms"][phase] for c in timed if phase in c["phase_ms"]])
+        out["phases"].append({"phase": phase, "n": stats["n"], "p50": stats["p50"], "p95": stats["p95"]})
+    return out
 
 
 def kernels(cycles, kernel_latency):

@@ -28,7 +28,7 @@ from lab.records import cycles_path
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
 PER_DEVICE = ("callbacks", "pmtest")
-PER_ENTRY = PER_DEVICE + ("host_phases",)  # a bad entry drops that entry, not the whole field
+PER_ENTRY = PER_DEVICE + ("host_phases", "phase_ms")  # a bad entry drops that entry, not the whole field
 
 
 class Inputs:
@@ -118,7 +118,8 @@ def _int(value):
 
 
 def _phases(value):
-    """{step: seconds} of the record's host_phases, in the record's (timeline) order."""
+    """{step: seconds} of the record's host_phases (or {phase: ms} of its
+    phase_ms), in the record's (timeline) order."""
     if not isinstance(value, dict):
         return {}
     return {step: seconds for step, seconds in value.items()
@@ -187,6 +188,7 @@ def normalise(record, default_run_id, manifest):
         "tree_version": _str(manifest_kernel.get("tree_version")),
         "config_hash": _str(manifest_kernel.get("config_hash")),
         "host_phases": _phases(record.get("host_phases")),
+        "phase_ms": _phases(record.get("phase_ms")),
         "harness_rss_kib": _int(record.get("harness_rss_kib")),
         "harness_pid": _int(record.get("harness_pid")),
     }
@@ -259,6 +261,7 @@ def record_errors(record):
     rest = {key: value for key, value in record.items() if key not in PER_DEVICE}
     found = [] if schemas.is_valid(schemas.CYCLE_RECORD, rest) else schemas.errors(schemas.CYCLE_RECORD, rest)
     found.extend(non_finite_errors("host_phases", record.get("host_phases")))
+    found.extend(non_finite_errors("phase_ms", record.get("phase_ms")))
     for name in PER_DEVICE:
         if name in record:
             found.extend(per_device_errors(name, record[name]))

@@ -18,7 +18,7 @@ import statistics
 
 import pytest
 
-from dashboards import compute, render, schemas, testing
+from dashboards import compute, render, schemas, testing, timeline
 from lab import records
 from lab.kernels import DEFAULT_SPEC
 from test_dashboard_page import CANVASES, Dom, chromium, console_messages
@@ -29,7 +29,7 @@ SERIES_612 = "612612612612abcd"
 
 @pytest.fixture(scope="module")
 def recorded():
-    return testing.with_host_phases(testing.with_callbacks(testing.recorded_records()))
+    return testing.with_phase_ms(testing.with_host_phases(testing.with_callbacks(testing.recorded_records())))
 
 
 def manifest_612(commit):
@@ -46,6 +46,7 @@ def as_612(record, run_id, hour):
     record.update(run_id=run_id, host_start=record["host_start"].replace("T13:", f"T{hour:02d}:"))
     record["kernel"] = dict(record.get("kernel") or {}, kernel_spec=SPEC_612, kernelrelease="6.12.48+",
                             series_hash=SERIES_612)
+    record["phase_ms"] = {phase: round(ms * 2, 3) for phase, ms in (record.get("phase_ms") or {}).items()}
     for calls in (record.get("callbacks") or {}).values():
         for call in calls:
             if call.get("us") is not None:
@@ -103,6 +104,15 @@ def test_two_kernels_side_by_side_with_the_one_rate(recorded, tmp_path):
                     continue
                 assert block[field]["p50"] == round(statistics.median(values), 3)
                 assert block[field]["p95"] == round(records.nearest_rank(values, 0.95), 3)
+            passing = [r for r in group if r["verdict"] == "pass" and r.get("phase_ms")]
+            assert [p["phase"] for p in block["phases"]] == \
+                sorted({p for r in passing for p in r["phase_ms"]},
+                       key=lambda p: (statistics.mean(list(r["phase_ms"]).index(p) for r in passing
+                                                      if p in r["phase_ms"]), p))
+            for item in block["phases"]:
+                values = sorted(r["phase_ms"][item["phase"]] for r in passing if item["phase"] in r["phase_ms"])
+                assert (item["n"], item["p50"], item["p95"]) == \
+                    (len(values), round(statistics.median(values), 3), round(records.nearest_rank(values, 0.95), 3))
         # the slowest callbacks of a kernel are those of a dashboard over its runs alone
         alone = compute.compute([str(root / run)])
         assert entry["slowest"] == alone["latency"]["top_p95"][:compute.KERNEL_TOP_N] != []
@@ -114,6 +124,9 @@ def test_two_kernels_side_by_side_with_the_one_rate(recorded, tmp_path):
     assert old["modes"]["mem"]["rate"] > new["modes"]["mem"]["rate"]
     assert new["modes"]["disk"]["suspend_ms"]["p50"] > old["modes"]["disk"]["suspend_ms"]["p50"]
     assert new["slowest"][0]["p95"] == pytest.approx(3 * old["slowest"][0]["p95"], rel=0.01)
+    dpm = [{p["phase"]: p for p in k["modes"]["disk"]["phases"]}["dpm_suspend"] for k in (old, new)]
+    assert dpm[1]["p50"] == pytest.approx(2 * dpm[0]["p50"], abs=0.002) and dpm[0]["n"] == dpm[1]["n"] == 2
+    assert [p["phase"] for p in new["modes"]["mem"]["phases"]] == []  # its mem cycles with a trace failed
     # the whole-dashboard latency is both kernels' together
     assert board["latency"]["top_p95"][0]["p95"] == new["slowest"][0]["p95"]
 
@@ -146,6 +159,37 @@ def test_legacy_records_group_as_the_default_kernel(recorded, tmp_path):
     assert legacy["runs"] == ["bare", "bare-2"] and legacy["all"]["cycles"] == 5 and not legacy["spec_recorded"]
     assert kernels[f"{SPEC_612}/{series}/0123456789abcdef/patched"]["spec_recorded"]
     assert not kernels[f"kernelrelease 6.12.1/{series}/patched"]["spec_recorded"]
+
+
+def test_phase_ms_is_the_traces_phase_spans(recorded):
+    """lab.trace.phase_ms of a recorded cycle: each PM phase's spans as the
+    timeline page draws them (its own parse of the same trace), summed."""
+    checked = 0
+    for record in recorded:
+        text = testing.report_text(record)
+        if text is None or record["verdict"] != "pass":
+            continue
+        spans = {}
+        for span in timeline.model(record, text)["phases"]:
+            if span["end_ms"] is not None:
+                spans[span["name"]] = spans.get(span["name"], 0.0) + span["end_ms"] - span["start_ms"]
+        assert list(record["phase_ms"]) == list(spans)
+        for phase, ms in record["phase_ms"].items():
+            assert ms == pytest.approx(spans[phase], abs=0.01), phase
+        checked += 1
+        if record["mode"] == "mem":
+            assert {"dpm_suspend", "dpm_resume", "machine_suspend"} <= set(record["phase_ms"])
+    assert checked >= 8
+
+
+def test_bad_phase_ms_entry_is_reported_and_dropped(recorded, tmp_path):
+    record = dict(copy.deepcopy(recorded[0]), run_id="r")
+    record["phase_ms"]["dpm_suspend"] = "slow"
+    run = testing.write_run(str(tmp_path / "results"), "r", [record])
+    board = compute.compute([run])
+    assert [e["message"] for e in board["input_errors"]] == ["phase_ms.dpm_suspend: 'slow' is not of type 'number'"]
+    phases = [p["phase"] for p in board["kernels"]["kernels"][0]["modes"]["mem"]["phases"]]
+    assert "dpm_suspend" not in phases and "dpm_resume" in phases
 
 
 @pytest.mark.parametrize("version", ["v2", "v3"])
