@@ -232,7 +232,7 @@ def test_kernels_panel_in_chromium(recorded, tmp_path):
     dom = Dom(stdout)
     assert console_messages(stderr) == []
     (body,) = dom.attrs_of("body")
-    assert body.get("data-charts") == "ready" and body.get("data-chart-count") == str(CANVASES + 2)
+    assert body.get("data-charts") == "ready" and body.get("data-chart-count") == str(CANVASES + 3)
     (section,) = [a for _, a, _ in dom.elements if a.get("id") == "kernels-section"]
     assert "hidden" not in section
     cells = dom.texts_in("table-kernels")
@@ -243,6 +243,10 @@ def test_kernels_panel_in_chromium(recorded, tmp_path):
         block = kernel["modes"]["mem"]
         assert cells[row + offset] == (f"{block['rate'] * 100:.1f} % ({block['ci95'][0] * 100:.1f} % \u2013 "
                                        f"{block['ci95'][1] * 100:.1f} %), {block['counts']['pass']}/{block['judged']}")
+    row = cells.index("disk: dpm_resume ms p50 / p95")
+    for offset, kernel in ((1, old), (2, new)):
+        item = {p["phase"]: p for p in kernel["modes"]["disk"]["phases"]}["dpm_resume"]
+        assert cells[row + offset] == f"{item['p50']:.1f} / {item['p95']:.1f} (n {item['n']})"
     row = cells.index("#1")
     assert cells[row + 2].startswith(f"{new['slowest'][0]['device']} \u00b7 {new['slowest'][0]['phase']}: ")
     for canvas in [a for t, a, _ in dom.elements if t == "canvas" and a.get("id", "").startswith("chart-kernels")]:

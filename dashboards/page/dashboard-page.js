@@ -275,6 +275,17 @@
       b.counts.pass + '/' + b.judged;
   }
   function timeText(d) { return d ? fmt(d.p50, 1) + ' / ' + fmt(d.p95, 1) + ' (n ' + d.n + ')' : '\u2013'; }
+  /* The PM phases of a mode over all kernels, in the order the kernels list them. */
+  function phaseNames(list, mode) {
+    var names = [];
+    list.forEach(function (k) {
+      ((k.modes[mode] || {}).phases || []).forEach(function (p) { if (names.indexOf(p.phase) < 0) names.push(p.phase); });
+    });
+    return names;
+  }
+  function phaseOf(k, mode, name) {
+    return ((k.modes[mode] || {}).phases || []).filter(function (p) { return p.phase === name; })[0] || null;
+  }
   function kernelsSection(data) {
     var section = data.kernels;  /* dashboards written before it lack it */
     if (!section || !section.kernels.length) return;
@@ -304,6 +315,10 @@
       rows.push({label: m + ': success rate (95 %)', value: function (k) { return rateText(k.modes[m]); }, cls: 'num'});
       rows.push({label: m + ': suspend ms p50 / p95', value: function (k) { return timeText(k.modes[m] && k.modes[m].suspend_ms); }, cls: 'num', optional: true});
       rows.push({label: m + ': resume ms p50 / p95', value: function (k) { return timeText(k.modes[m] && k.modes[m].resume_ms); }, cls: 'num', optional: true});
+      phaseNames(list, m).filter(function (p) { return p.indexOf('dpm_') === 0; }).forEach(function (p) {
+        rows.push({label: m + ': ' + p + ' ms p50 / p95', cls: 'num', optional: true,
+                   value: function (k) { return timeText(phaseOf(k, m, p)); }});
+      });
     });
     rows.push({group: 'slowest device callbacks (p95 us, median us)'});
     var depth = Math.max.apply(null, list.map(function (k) { return k.slowest.length; }));
@@ -362,6 +377,30 @@
         }
       });
     });
+    var timedModes = modes.filter(function (m) { return phaseNames(list, m).length; });
+    var select = document.getElementById('kernels-phase-mode');
+    timedModes.forEach(function (m) { var o = el('option', null, m); o.value = m; select.appendChild(o); });
+    if (!timedModes.length) {
+      select.disabled = true;
+      noData('chart-kernels-phases', 'No record has phase_ms (records written before the lab measured PM phases).');
+    } else {
+      var phaseData = function (mode) {
+        var names = phaseNames(list, mode);
+        return {labels: names, datasets: list.map(function (k, i) {
+          return {label: kernelLabel(k, i), backgroundColor: colour(i), data: names.map(function (p) {
+            var item = phaseOf(k, mode, p); return item ? item.p50 : null;
+          })};
+        })};
+      };
+      var first = timedModes.indexOf('mem') >= 0 ? 'mem' : timedModes[0];
+      select.value = first;
+      var pc = chart('chart-kernels-phases', {
+        type: 'bar', data: phaseData(first),
+        options: {scales: {y: {beginAtZero: true, title: {display: true, text: 'median ms (passing cycles)'}},
+                           x: {ticks: {autoSkip: false}}}}
+      });
+      select.addEventListener('change', function () { pc.data = phaseData(select.value); pc.update(); });
+    }
     if (!keys.length) { noData('chart-kernels-time', 'No timed passing cycles.'); return; }
     chart('chart-kernels-time', {
       type: 'bar',
