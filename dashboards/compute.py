@@ -121,14 +121,36 @@ def kernel_spec_of(cycle):
     return f"kernelrelease {release}", False
 
 
-def kernel_key(cycle):
-    """What identifies the kernel a cycle ran: spec[@source commit]/series
-    hash[/config hash][/variant] (the config hash is in manifests only)."""
+def _kernel_base(cycle):
     spec, _ = kernel_spec_of(cycle)
-    key = spec + (f"@{cycle['source_commit'][:12]}" if cycle["source_commit"] else "")
-    key += f"/{cycle['series_hash'] or 'none'}"
-    key += f"/{cycle['config_hash']}" if cycle["config_hash"] else ""
-    return key + (f"/{cycle['variant']}" if cycle["variant"] else "")
+    return (spec + (f"@{cycle['source_commit'][:12]}" if cycle["source_commit"] else ""),
+            cycle["series_hash"] or "none", cycle["variant"])
+
+
+def assign_kernels(cycles):
+    """Name each cycle's kernel (kernel_key): spec[@source commit]/series
+    hash[/config hash][/variant]. The config hash comes from run manifests
+    only, so a run without one joins the kernel of the same spec, series and
+    variant when the runs that have a manifest agree on its config (one
+    config hash known); only where they differ does the config split them
+    (and a run without a manifest stands apart). Depends on all the cycles:
+    never cached per run."""
+    known = {}
+    for cycle in cycles:
+        configs = known.setdefault(_kernel_base(cycle), set())
+        if cycle["config_hash"]:
+            configs.add(cycle["config_hash"])
+    for cycle in cycles:
+        base = _kernel_base(cycle)
+        configs = known[base]
+        config = cycle["config_hash"] if len(configs) > 1 else next(iter(configs), None)
+        cycle["kernel_config"] = config
+        cycle["kernel_key"] = "/".join(part for part in (*base[:2], config, base[2]) if part)
+
+
+def kernel_key(cycle):
+    """The cycle's kernel, as assign_kernels() named it."""
+    return cycle["kernel_key"]
 
 
 # ------------------------------------------------------------------ sections
@@ -347,7 +369,7 @@ def kernels(cycles, kernel_latency):
             spec, recorded = kernel_spec_of(cycle)
             entry = found[key] = {"key": key, "kernel_spec": spec, "spec_recorded": recorded,
                                   "source_commit": cycle["source_commit"], "series_hash": cycle["series_hash"],
-                                  "config_hash": cycle["config_hash"], "variant": cycle["variant"],
+                                  "config_hash": cycle["kernel_config"], "variant": cycle["variant"],
                                   "first_start": cycle["host_start"], "_runs": set(), "_releases": set(),
                                   "_cycles": []}
         entry["last_start"] = cycle["host_start"]
@@ -490,6 +512,7 @@ def build(loaded, kernel_latency=None):
     cycles = loaded.cycles
     for cycle in cycles:
         cycle["buckets"] = buckets.classify(cycle)
+    assign_kernels(cycles)
     if kernel_latency is None:
         per_kernel = {}
         for cycle, record in zip(cycles, loaded.records):
@@ -621,6 +644,7 @@ def merged_latency_counts(loaded):
     own counts (a run is one kernel); a part that lost a cycle to a copy
     elsewhere, or that holds cycles of several kernels, is counted from its
     records."""
+    assign_kernels(loaded.cycles)  # the parts' winning cycles are these very dicts
     per_kernel = {}
     for part in loaded.parts:
         gone = set(loaded.lost.get(part.path) or ())

@@ -157,6 +157,22 @@ def test_legacy_records_group_as_the_default_kernel(recorded, tmp_path):
                              f"kernelrelease 6.12.1/{series}/patched"]
     legacy = kernels[f"{DEFAULT_SPEC}/{series}/patched"]
     assert legacy["runs"] == ["bare", "bare-2"] and legacy["all"]["cycles"] == 5 and not legacy["spec_recorded"]
+    # a run of that kernel with a manifest: the runs without one join it, under its config hash
+    later = [dict(r, run_id="with-manifest", host_start=r["host_start"].replace("T13:", "T17:")) for r in recorded[:2]]
+    testing.write_run(str(root), "with-manifest", later, manifest=testing.manifest("d" * 40, series_hash=series,
+                                                                                   variant="patched"))
+    board = compute.compute([str(root)])
+    first = board["kernels"]["kernels"][0]
+    assert first["key"] == f"{DEFAULT_SPEC}/{series}/f72122b6d06e6eb3/patched" and first["config_hash"] == "f72122b6d06e6eb3"
+    assert first["runs"] == ["bare", "bare-2", "with-manifest"] and len(board["kernels"]["kernels"]) == 3
+    # two configs of it: the config splits them, the runs without a manifest stand apart
+    other = testing.manifest("e" * 40, series_hash=series, variant="patched")
+    other["kernel"]["config_hash"] = "00000000000000aa"
+    testing.write_run(str(root), "other-config", [dict(later[0], run_id="other-config")], manifest=other)
+    split = {k["key"]: k["runs"] for k in compute.compute([str(root)])["kernels"]["kernels"]}
+    assert split[f"{DEFAULT_SPEC}/{series}/patched"] == ["bare", "bare-2"]
+    assert split[f"{DEFAULT_SPEC}/{series}/f72122b6d06e6eb3/patched"] == ["with-manifest"]
+    assert split[f"{DEFAULT_SPEC}/{series}/00000000000000aa/patched"] == ["other-config"]
     assert kernels[f"{SPEC_612}/{series}/0123456789abcdef/patched"]["spec_recorded"]
     assert not kernels[f"kernelrelease 6.12.1/{series}/patched"]["spec_recorded"]
 
@@ -206,9 +222,9 @@ def test_cached_kernels_equal_the_recompute(recorded, tmp_path, version):
     testing.write_run(str(root), "mixed", convert(mixed))
     expected = compute.dumps(compute.compute([str(root)]))
     board = json.loads(expected)
-    assert len(board["kernels"]["kernels"]) == 4  # 6.1 and 6.12 with and without the manifests' config hash
-    mixed_kernels = [k for k in board["kernels"]["kernels"] if "mixed" in k["runs"]]
-    assert len(mixed_kernels) == 2 and all(k["slowest"] for k in mixed_kernels)
+    kernels = board["kernels"]["kernels"]  # the manifest-less run joins each kernel's run with a manifest
+    assert [k["runs"] for k in kernels] == [["mixed", "run-61"], ["mixed", "run-612"]]
+    assert all(k["slowest"] for k in kernels)
     assert compute.dumps(compute.compute([str(root)], cache=True)) == expected  # cold
     assert compute.dumps(compute.compute([str(root)], cache=True)) == expected  # warm, from the caches
     assert len([c for c in root.glob(f"*/{compute.CACHE_FILE}") if not c.parent.is_symlink()]) == 3
