@@ -182,11 +182,12 @@ def normalise(record, default_run_id, manifest):
         "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
         # which kernel (dashboards.compute.kernel_key): the record's own
         # fields first, the run's manifest for what records do not carry
-        "kernel_spec": _str(kernel.get("kernel_spec")) or _str(manifest_kernel.get("kernel_spec")),
-        "source_commit": _str(kernel.get("source_commit")) or _str(manifest_kernel.get("source_commit")),
-        "kernelrelease": _str(kernel.get("kernelrelease")) or _str(manifest_kernel.get("kernelrelease")),
-        "tree_version": _str(manifest_kernel.get("tree_version")),
-        "config_hash": _str(manifest_kernel.get("config_hash")),
+        # ("" is none: a manifest's source_commit of a Debian tree)
+        "kernel_spec": _str(kernel.get("kernel_spec")) or _str(manifest_kernel.get("kernel_spec")) or None,
+        "source_commit": _str(kernel.get("source_commit")) or _str(manifest_kernel.get("source_commit")) or None,
+        "kernelrelease": _str(kernel.get("kernelrelease")) or _str(manifest_kernel.get("kernelrelease")) or None,
+        "tree_version": _str(manifest_kernel.get("tree_version")) or None,
+        "config_hash": _str(manifest_kernel.get("config_hash")) or None,
         "host_phases": _phases(record.get("host_phases")),
         "phase_ms": _phases(record.get("phase_ms")),
         "harness_rss_kib": _int(record.get("harness_rss_kib")),

@@ -35,7 +35,8 @@ def recorded():
 def manifest_612(commit):
     manifest = testing.manifest(commit, series_hash=SERIES_612, variant="patched")
     manifest["kernel"].update(tree="linux-source-6.12.tar.xz", tree_version="6.12.48", kernelrelease="6.12.48+",
-                              config_hash="0123456789abcdef", kernel_spec=SPEC_612)
+                              config_hash="0123456789abcdef", kernel_spec=SPEC_612,
+                              source_commit="")  # as lab.kernels writes it for a Debian tree
     return manifest
 
 
@@ -85,6 +86,7 @@ def test_two_kernels_side_by_side_with_the_one_rate(recorded, tmp_path):
     assert new["key"] == f"{SPEC_612}/{SERIES_612}/0123456789abcdef/patched"
     assert (new["kernel_spec"], new["spec_recorded"], new["runs"]) == (SPEC_612, True, ["run-612"])
     assert new["releases"] == ["6.12.48", "6.12.48+"] and new["config_hash"] == "0123456789abcdef"
+    assert old["source_commit"] is new["source_commit"] is None
     for entry, run in ((old, "run-61"), (new, "run-612")):
         mine = raw_records(root / run)
         rate = records.pass_rate(mine)
