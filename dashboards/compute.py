@@ -27,6 +27,13 @@ Sections (dashboards/schema/dashboard.v1.json):
   trends       builds (project commit + kernel series hash + variant) in order
                of their first cycle; per mode: pass counts per build, first
                fail, last pass, failing since.
+  kernels      one entry per kernel (kernel spec [@ source commit] + series
+               hash + config hash + variant, kernel_key), in order of its
+               first cycle, to compare kernels side by side: per mode the
+               verdict counts and pass rate (lab.records.pass_rate),
+               suspend_ms / resume_ms and per PM phase time (records'
+               phase_ms) of passing cycles, and the kernel's
+               slowest device callbacks (its own latency counts).
   runs         per run id: cycles, time span, builds, manifests.
   input_errors malformed input, with file and line (also printed on stderr).
 
@@ -43,17 +50,20 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
 from dashboards import buckets, inputs as inputs_module
 from lab import files, records
+from lab.kernels import DEFAULT_SPEC
 from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
 
 SCHEMA = "pmlab-dashboard/1"
 HISTOGRAM_EDGES_MS = [0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 400, 500, 750, 1000, 2000, 5000]
 TOP_N = 25
 MAX_FAILURES = 500
+KERNEL_TOP_N = 10
 
 
 def distribution(values):
@@ -94,6 +104,53 @@ def build_key(cycle):
     commit = (cycle["commit"] or "unknown")[:12]
     key = f"{commit}/{cycle['series_hash'] or 'none'}"
     return key + (f"/{cycle['variant']}" if cycle["variant"] else "")
+
+
+LEGACY_RELEASE = re.compile(r"6\.1(?!\d)")  # 6.1.192+: the only kernel before records named their spec
+
+
+def kernel_spec_of(cycle):
+    """(spec, recorded): the record's (or its manifest's) kernel spec; a cycle
+    from before specs were recorded ran the default kernel, linux-source-6.1,
+    unless its kernelrelease says otherwise."""
+    if cycle["kernel_spec"]:
+        return cycle["kernel_spec"], True
+    release = cycle["kernelrelease"] or cycle["tree_version"]
+    if release is None or LEGACY_RELEASE.match(release):
+        return DEFAULT_SPEC, False
+    return f"kernelrelease {release}", False
+
+
+def _kernel_base(cycle):
+    spec, _ = kernel_spec_of(cycle)
+    return (spec + (f"@{cycle['source_commit'][:12]}" if cycle["source_commit"] else ""),
+            cycle["series_hash"] or "none", cycle["variant"])
+
+
+def assign_kernels(cycles):
+    """Name each cycle's kernel (kernel_key): spec[@source commit]/series
+    hash[/config hash][/variant]. The config hash comes from run manifests
+    only, so a run without one joins the kernel of the same spec, series and
+    variant when the runs that have a manifest agree on its config (one
+    config hash known); only where they differ does the config split them
+    (and a run without a manifest stands apart). Depends on all the cycles:
+    never cached per run."""
+    known = {}
+    for cycle in cycles:
+        configs = known.setdefault(_kernel_base(cycle), set())
+        if cycle["config_hash"]:
+            configs.add(cycle["config_hash"])
+    for cycle in cycles:
+        base = _kernel_base(cycle)
+        configs = known[base]
+        config = cycle["config_hash"] if len(configs) > 1 else next(iter(configs), None)
+        cycle["kernel_config"] = config
+        cycle["kernel_key"] = "/".join(part for part in (*base[:2], config, base[2]) if part)
+
+
+def kernel_key(cycle):
+    """The cycle's kernel, as assign_kernels() named it."""
+    return cycle["kernel_key"]
 
 
 # ------------------------------------------------------------------ sections
@@ -271,12 +328,13 @@ def timing(cycles):
     return {"unit": "ms", "cycles": "pass", "bin_edges": HISTOGRAM_EDGES_MS, "modes": modes}
 
 
-def step_order(group):
-    """The steps of host_phases in their usual order: by mean position in the
-    records (the lab writes them in timeline order), then by name."""
+def step_order(group, field="host_phases"):
+    """The steps of host_phases (or phase_ms) in their usual order: by mean
+    position in the records (the lab writes them in timeline order), then by
+    name."""
     positions = {}
     for cycle in group:
-        for index, step in enumerate(cycle["host_phases"]):
+        for index, step in enumerate(cycle[field]):
             positions.setdefault(step, []).append(index)
     return sorted(positions, key=lambda step: (math.fsum(positions[step]) / len(positions[step]), step))
 
@@ -284,6 +342,53 @@ def step_order(group):
 def mean_median(values):
     return {"n": len(values), "mean": round(math.fsum(values) / len(values), 3),
             "median": round(statistics.median(values), 3)}
+
+
+def passing_times(group):
+    """distribution() of suspend_ms and resume_ms over the passing cycles (as
+    timing()), and per PM phase of their phase_ms (n, p50, p95; in the
+    phases' order)."""
+    passing = [c for c in group if c["verdict"] == "pass"]
+    out = {field: distribution([c[field] for c in passing if c[field] is not None])
+           for field in ("suspend_ms", "resume_ms")}
+    timed = [c for c in passing if c["phase_ms"]]
+    out["phases"] = []
+    for phase in step_order(timed, "phase_ms"):
+        stats = distribution([c["phase_ms"][phase] for c in timed if phase in c["phase_ms"]])
+        out["phases"].append({"phase": phase, "n": stats["n"], "p50": stats["p50"], "p95": stats["p95"]})
+    return out
+
+
+def kernels(cycles, kernel_latency):
+    """The kernels side by side; kernel_latency: {kernel_key: latency_counts}."""
+    found = {}
+    for cycle in sorted(cycles, key=order_key):
+        key = kernel_key(cycle)
+        entry = found.get(key)
+        if entry is None:
+            spec, recorded = kernel_spec_of(cycle)
+            entry = found[key] = {"key": key, "kernel_spec": spec, "spec_recorded": recorded,
+                                  "source_commit": cycle["source_commit"], "series_hash": cycle["series_hash"],
+                                  "config_hash": cycle["kernel_config"], "variant": cycle["variant"],
+                                  "first_start": cycle["host_start"], "_runs": set(), "_releases": set(),
+                                  "_cycles": []}
+        entry["last_start"] = cycle["host_start"]
+        entry["_runs"].add(cycle["run_id"])
+        entry["_releases"].update(r for r in (cycle["kernelrelease"], cycle["tree_version"]) if r)
+        entry["_cycles"].append(cycle)
+    out = []
+    for key, entry in found.items():  # insertion order: by first cycle
+        group = entry.pop("_cycles")
+        entry["runs"] = sorted(entry.pop("_runs"))
+        entry["releases"] = sorted(entry.pop("_releases"))
+        entry["all"] = verdict_counts(group)
+        entry["modes"] = {mode: dict(verdict_counts([c for c in group if c["mode"] == mode]),
+                                     **passing_times([c for c in group if c["mode"] == mode]))
+                          for mode in sorted({c["mode"] for c in group})}
+        counted = kernel_latency.get(key)
+        entry["slowest"] = latency(counted)["top_p95"][:KERNEL_TOP_N] if counted else []
+        out.append(entry)
+    return {"definition": records.PASS_RATE_DEFINITION, "top_n": KERNEL_TOP_N, "kernels": out}
 
 
 def host_time(cycles):
@@ -324,8 +429,10 @@ def trends(cycles):
         if build is None:
             build = builds[key] = {"key": key, "commit": cycle["commit"], "series_hash": cycle["series_hash"],
                                    "variant": cycle["variant"], "first_start": cycle["host_start"],
-                                   "runs": [], "modes": {}, "_cycles": {}}
+                                   "runs": [], "kernels": [], "modes": {}, "_cycles": {}}
         build["last_start"] = cycle["host_start"]
+        if kernel_key(cycle) not in build["kernels"]:
+            build["kernels"].append(kernel_key(cycle))
         if cycle["run_id"] not in build["runs"]:
             build["runs"].append(cycle["run_id"])
         build["_cycles"].setdefault(cycle["mode"], []).append(cycle)
@@ -361,13 +468,15 @@ def trends(cycles):
 def runs(cycles, manifests):
     out = {}
     for cycle in sorted(cycles, key=order_key):
-        run = out.setdefault(cycle["run_id"], {"cycles": 0, "modes": {}, "builds": [],
+        run = out.setdefault(cycle["run_id"], {"cycles": 0, "modes": {}, "builds": [], "kernels": [],
                                                "first_start": cycle["host_start"]})
         run["cycles"] += 1
         run["modes"][cycle["mode"]] = run["modes"].get(cycle["mode"], 0) + 1
         run["last_start"] = cycle["host_start"]
         if build_key(cycle) not in run["builds"]:
             run["builds"].append(build_key(cycle))
+        if kernel_key(cycle) not in run["kernels"]:
+            run["kernels"].append(kernel_key(cycle))
     for run_id, run in out.items():
         seen = set()
         run["manifests"] = []
@@ -388,7 +497,8 @@ def manifest_brief(manifest):
     return {"commit": project.get("commit"), "dirty": project.get("dirty"),
             "tree_version": kernel.get("tree_version"), "kernelrelease": kernel.get("kernelrelease"),
             "series_hash": kernel.get("series_hash"), "config_hash": kernel.get("config_hash"),
-            "variant": kernel.get("variant"),
+            "variant": kernel.get("variant"), "kernel_spec": kernel.get("kernel_spec"),
+            "source_commit": kernel.get("source_commit"),
             "qemu": tools.get("qemu"), "ovmf": tools.get("ovmf"), "libvirtd": tools.get("libvirtd"),
             "libvirt_daemon_system": tools.get("libvirt_daemon_system"),
             "host": host.get("hostname"), "host_kernel": host.get("kernel"), "host_os": host.get("os")}
@@ -396,14 +506,19 @@ def manifest_brief(manifest):
 
 # ------------------------------------------------------------------ entry points
 
-def build(loaded, latency_counted=None):
+def build(loaded, kernel_latency=None):
     """The dashboard dict from dashboards.inputs.load() output (and, when the
-    caller has it, the latency counts of its cycles)."""
+    caller has them, the latency counts of its cycles per kernel_key)."""
     cycles = loaded.cycles
     for cycle in cycles:
         cycle["buckets"] = buckets.classify(cycle)
-    if latency_counted is None:
-        latency_counted = latency_counts(loaded.records)
+    assign_kernels(cycles)
+    if kernel_latency is None:
+        per_kernel = {}
+        for cycle, record in zip(cycles, loaded.records):
+            per_kernel.setdefault(kernel_key(cycle), []).append(record)
+        kernel_latency = {key: latency_counts(group) for key, group in per_kernel.items()}
+    latency_counted = merge_latency_counts(kernel_latency.values())
     return {
         "schema": SCHEMA,
         "inputs": {"cycles": len(cycles), "runs": len({c["run_id"] for c in cycles}),
@@ -421,6 +536,7 @@ def build(loaded, latency_counted=None):
         "host_time": host_time(cycles),
         "harness_memory": harness_memory(cycles),
         "trends": trends(cycles),
+        "kernels": kernels(cycles, kernel_latency),
         "runs": runs(cycles, loaded.manifests),
     }
 
@@ -524,20 +640,27 @@ def read_part_cached(cycles_file, manifest):
 
 
 def merged_latency_counts(loaded):
-    """The latency counts of the loaded cycles from the parts' own counts; a
-    part that lost a cycle to a copy elsewhere is counted from its records."""
-    parts = []
+    """The latency counts of the loaded cycles per kernel_key from the parts'
+    own counts (a run is one kernel); a part that lost a cycle to a copy
+    elsewhere, or that holds cycles of several kernels, is counted from its
+    records."""
+    assign_kernels(loaded.cycles)  # the parts' winning cycles are these very dicts
+    per_kernel = {}
     for part in loaded.parts:
-        lost = loaded.lost.get(part.path)
-        if part.latency is not None and not lost:
-            parts.append(part.latency)
+        gone = set(loaded.lost.get(part.path) or ())
+        keys = {key: kernel_key(cycle) for key, (cycle, _, _) in part.entries.items() if key not in gone}
+        if part.latency is not None and not gone and len(set(keys.values())) == 1:
+            per_kernel.setdefault(next(iter(keys.values())), []).append(part.latency)
             continue
         entries = part.entries
         if any(record is None for _, _, record in entries.values()):
             entries = inputs_module.read_part(part.path, None).entries  # the records behind a cached part
-        gone = set(lost or ())
-        parts.append(latency_counts(record for key, (_, _, record) in entries.items() if key not in gone))
-    return merge_latency_counts(parts)
+        grouped = {}
+        for key, kernel in keys.items():  # the cycle as loaded (with its manifest) names the kernel
+            grouped.setdefault(kernel, []).append(entries[key][2])
+        for kernel, group in grouped.items():
+            per_kernel.setdefault(kernel, []).append(latency_counts(group))
+    return {kernel: merge_latency_counts(parts) for kernel, parts in per_kernel.items()}
 
 
 def compute(paths, cache=False):

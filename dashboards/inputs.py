@@ -28,7 +28,7 @@ from lab.records import cycles_path
 
 CORE = ("cycle", "status", "mode", "run_id", "verdict")
 PER_DEVICE = ("callbacks", "pmtest")
-PER_ENTRY = PER_DEVICE + ("host_phases",)  # a bad entry drops that entry, not the whole field
+PER_ENTRY = PER_DEVICE + ("host_phases", "phase_ms")  # a bad entry drops that entry, not the whole field
 
 
 class Inputs:
@@ -118,7 +118,8 @@ def _int(value):
 
 
 def _phases(value):
-    """{step: seconds} of the record's host_phases, in the record's (timeline) order."""
+    """{step: seconds} of the record's host_phases (or {phase: ms} of its
+    phase_ms), in the record's (timeline) order."""
     if not isinstance(value, dict):
         return {}
     return {step: seconds for step, seconds in value.items()
@@ -179,7 +180,16 @@ def normalise(record, default_run_id, manifest):
         "commit": _str(record.get("project_commit")) or _str((manifest.get("project") or {}).get("commit")),
         "series_hash": _str(kernel.get("series_hash")) or _str(manifest_kernel.get("series_hash")),
         "variant": _str(kernel.get("variant")) or _str(manifest_kernel.get("variant")),
+        # which kernel (dashboards.compute.kernel_key): the record's own
+        # fields first, the run's manifest for what records do not carry
+        # ("" is none: a manifest's source_commit of a Debian tree)
+        "kernel_spec": _str(kernel.get("kernel_spec")) or _str(manifest_kernel.get("kernel_spec")) or None,
+        "source_commit": _str(kernel.get("source_commit")) or _str(manifest_kernel.get("source_commit")) or None,
+        "kernelrelease": _str(kernel.get("kernelrelease")) or _str(manifest_kernel.get("kernelrelease")) or None,
+        "tree_version": _str(manifest_kernel.get("tree_version")) or None,
+        "config_hash": _str(manifest_kernel.get("config_hash")) or None,
         "host_phases": _phases(record.get("host_phases")),
+        "phase_ms": _phases(record.get("phase_ms")),
         "harness_rss_kib": _int(record.get("harness_rss_kib")),
         "harness_pid": _int(record.get("harness_pid")),
     }
@@ -252,6 +262,7 @@ def record_errors(record):
     rest = {key: value for key, value in record.items() if key not in PER_DEVICE}
     found = [] if schemas.is_valid(schemas.CYCLE_RECORD, rest) else schemas.errors(schemas.CYCLE_RECORD, rest)
     found.extend(non_finite_errors("host_phases", record.get("host_phases")))
+    found.extend(non_finite_errors("phase_ms", record.get("phase_ms")))
     for name in PER_DEVICE:
         if name in record:
             found.extend(per_device_errors(name, record[name]))

@@ -47,6 +47,30 @@ def with_callbacks(records):
     return out
 
 
+def report_text(record):
+    """The recorded guest report of a record, or None."""
+    path = os.path.join(RECORDINGS, f"report-{record.get('recording')}.txt.gz")
+    if not (record.get("recording") and os.path.isfile(path)):
+        return None
+    with gzip.open(path, "rt", errors="replace") as source:
+        return source.read()
+
+
+def with_phase_ms(records):
+    """Copies of records with phase_ms from their reports' traces, as
+    lab/cycle.py's judge() writes it (the recordings predate the field)."""
+    from lab import guest_report, trace
+
+    out = []
+    for record in records:
+        record = copy.deepcopy(record)
+        text = report_text(record)
+        if text is not None:
+            record["phase_ms"] = trace.phase_ms(trace.parse(guest_report.sections(text).get("trace", "")))
+        out.append(record)
+    return out
+
+
 def with_host_phases(records):
     """Copies of records with host_phases made from their recorded host_start
     and timeline as lab/cycle.py does (the recordings predate the field; their

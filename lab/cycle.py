@@ -238,6 +238,7 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     result["wakeup_sources_delta"] = guest_report.wakeup_delta(
         guest_report.wakeup_sources(sysfs_before), guest_report.wakeup_sources(sysfs_after))
     result["phases"] = trace.phases_reached(events_trace)
+    result["phase_ms"] = trace.phase_ms(events_trace)  # per PM phase, for the dashboard's kernels
     # Per device ("name (driver)", trace.device_id), in order: callback,
     # microseconds, error, stored compactly (lab.records.compact_fields; read
     # back with lab.records.callbacks); the report keeps the full trace.

@@ -89,6 +89,21 @@ def timing(events):
     return result
 
 
+def phase_ms(events):
+    """Guest time per suspend_resume action (dpm_prepare, dpm_suspend, ...,
+    machine_suspend, thaw_processes) in ms, in the order the actions began:
+    the sum of its begin -> end spans (s2idle may enter machine_suspend more
+    than once); a begin without its end (a hang) is left out."""
+    open_spans, total = {}, {}
+    for ts, action, val, is_begin in markers(events):
+        if is_begin:
+            open_spans.setdefault(action, []).append(ts)
+            total.setdefault(action, None)
+        elif open_spans.get(action):
+            total[action] = (total[action] or 0.0) + ts - open_spans[action].pop()
+    return {action: round(seconds * 1000, 3) for action, seconds in total.items() if seconds is not None}
+
+
 def phases_reached(events):
     """Names of the phases that began, in order (dpm_prepare, dpm_suspend, ...)."""
     seen = []

@@ -178,7 +178,10 @@ def test_page_loads_draws_and_escapes(page):
     html_path, board = page
     dom, stderr = load(html_path)
     assert problems_of(dom, stderr) == []
-    canvases = dom.attrs_of("canvas")
+    # one kernel: the kernels panel shows its table, not its charts
+    (kernel_charts,) = [a for _, a, _ in dom.elements if a.get("id") == "kernels-charts"]
+    assert "hidden" in kernel_charts and len(board["kernels"]["kernels"]) == 1
+    canvases = [a for t, a, ids in dom.elements if t == "canvas" and "kernels-charts" not in ids]
     assert len(canvases) == CANVASES
     for canvas in canvases:  # Chart.js sized every canvas it drew on
         assert int(canvas.get("width", 0)) > 100 and int(canvas.get("height", 0)) > 100, canvas

@@ -23,6 +23,7 @@
     'fail': '#d93025', 'fake-sleep': '#f9ab00', 'hang': '#a142f4', 'unfinished': '#7b1fa2', 'error': '#5f6368',
     'kernel-warning': '#e8710a', 'ordering-violation': '#12b5cb', 'other': '#9aa0a6'
   };
+  var KERNEL_COLOURS = ['#24324a', '#12b5cb', '#f9ab00', '#d93025', '#81c995', '#a142f4', '#5f6368'];
   var STEP_COLOURS = ['#3367d6', '#8ab4f8', '#e8710a', '#fbbc04', '#188038', '#81c995', '#a142f4', '#d7aefb',
                       '#d93025', '#f28b82', '#12b5cb', '#78d9ec', '#5f6368', '#bdc1c6'];
 
@@ -97,25 +98,29 @@
     document.body.dataset.chartCount = String(rendered);
     document.title = 'pmlab dashboard (' + rendered + ' charts)';
   }
-  /* Wilson interval whiskers over the success bars. */
+  /* Wilson interval whiskers over the success bars: chart.$pmlabIntervals
+   * holds one list of intervals per dataset. */
   var errorBarsPlugin = {
     id: 'pmlabErrorBars',
     afterDatasetsDraw: function (chart) {
-      var intervals = chart.$pmlabIntervals;
-      if (!intervals) return;
-      var meta = chart.getDatasetMeta(0), y = chart.scales.y, ctx = chart.ctx;
+      var sets = chart.$pmlabIntervals;
+      if (!sets) return;
+      var y = chart.scales.y, ctx = chart.ctx;
       ctx.save();
       ctx.strokeStyle = '#1d1d1f';
       ctx.lineWidth = 1.5;
-      meta.data.forEach(function (bar, i) {
-        var interval = intervals[i];
-        if (!interval) return;
-        var lo = y.getPixelForValue(interval[0] * 100), hi = y.getPixelForValue(interval[1] * 100);
-        ctx.beginPath();
-        ctx.moveTo(bar.x, lo); ctx.lineTo(bar.x, hi);
-        ctx.moveTo(bar.x - 7, lo); ctx.lineTo(bar.x + 7, lo);
-        ctx.moveTo(bar.x - 7, hi); ctx.lineTo(bar.x + 7, hi);
-        ctx.stroke();
+      sets.forEach(function (intervals, d) {
+        chart.getDatasetMeta(d).data.forEach(function (bar, i) {
+          var interval = intervals[i];
+          if (!interval) return;
+          var lo = y.getPixelForValue(interval[0] * 100), hi = y.getPixelForValue(interval[1] * 100);
+          var half = Math.min(7, (bar.width || 14) / 2);
+          ctx.beginPath();
+          ctx.moveTo(bar.x, lo); ctx.lineTo(bar.x, hi);
+          ctx.moveTo(bar.x - half, lo); ctx.lineTo(bar.x + half, lo);
+          ctx.moveTo(bar.x - half, hi); ctx.lineTo(bar.x + half, hi);
+          ctx.stroke();
+        });
       });
       ctx.restore();
     }
@@ -192,7 +197,7 @@
         plugins: {legend: {display: false}}
       }
     }, [errorBarsPlugin]);
-    c.$pmlabIntervals = judged.map(function (m) { return data.success.modes[m].ci95; });
+    c.$pmlabIntervals = [judged.map(function (m) { return data.success.modes[m].ci95; })];
     c.draw();
   }
 
@@ -256,6 +261,158 @@
       },
       options: {scales: {y: {min: 0, max: 100, title: {display: true, text: 'success rate (%)'}},
                          x: {title: {display: true, text: 'build: commit / series hash (oldest first)'}}}}
+    });
+  }
+
+  /* The kernels side by side: a table with one column per kernel (K1, K2,
+   * ... in order of their first cycle) and, for two or more, grouped bars. */
+  function kernelLabel(k, i) {
+    return 'K' + (i + 1) + ': ' + k.kernel_spec + (k.variant ? ' ' + k.variant : '');
+  }
+  function rateText(b) {
+    if (!b || b.rate === null) return '\u2013';
+    return pct(b.rate) + ' (' + pct(b.ci95[0]) + ' \u2013 ' + pct(b.ci95[1]) + '), ' +
+      b.counts.pass + '/' + b.judged;
+  }
+  function timeText(d) { return d ? fmt(d.p50, 1) + ' / ' + fmt(d.p95, 1) + ' (n ' + d.n + ')' : '\u2013'; }
+  /* The PM phases of a mode over all kernels, in the order the kernels list them. */
+  function phaseNames(list, mode) {
+    var names = [];
+    list.forEach(function (k) {
+      ((k.modes[mode] || {}).phases || []).forEach(function (p) { if (names.indexOf(p.phase) < 0) names.push(p.phase); });
+    });
+    return names;
+  }
+  function phaseOf(k, mode, name) {
+    return ((k.modes[mode] || {}).phases || []).filter(function (p) { return p.phase === name; })[0] || null;
+  }
+  function kernelsSection(data) {
+    var section = data.kernels;  /* dashboards written before it lack it */
+    if (!section || !section.kernels.length) return;
+    var list = section.kernels;
+    document.getElementById('kernels-section').hidden = false;
+    document.getElementById('kernels-note').textContent =
+      list.length + (list.length === 1 ? ' kernel' : ' kernels') + ' (spec[@commit] / series hash / config hash / ' +
+      'variant). Rate = ' + section.definition + '. Times: median / p95 of passing cycles. ' +
+      'Slowest: device callbacks by p95 in that kernel\'s cycles.';
+    var modes = [];
+    list.forEach(function (k) { Object.keys(k.modes).forEach(function (m) { if (modes.indexOf(m) < 0) modes.push(m); }); });
+    modes.sort();
+    var rows = [
+      {label: 'key', value: function (k) { return k.key; }, cls: 'text'},
+      {label: 'kernel spec', value: function (k) { return k.kernel_spec + (k.spec_recorded ? '' : ' (not recorded: assumed)'); }},
+      {label: 'source commit', value: function (k) { return k.source_commit; }, cls: 'text', optional: true},
+      {label: 'series hash', value: function (k) { return k.series_hash; }, cls: 'text'},
+      {label: 'config hash', value: function (k) { return k.config_hash; }, cls: 'text', optional: true},
+      {label: 'variant', value: function (k) { return k.variant; }},
+      {label: 'releases', value: function (k) { return k.releases.join(' '); }, cls: 'text'},
+      {label: 'runs', value: function (k) { return k.runs.join(' '); }, cls: 'text'},
+      {label: 'cycles', value: function (k) { return k.all.cycles; }, cls: 'num'},
+      {label: 'success rate, all modes', value: function (k) { return rateText(k.all); }, cls: 'num'}
+    ];
+    modes.forEach(function (m) {
+      rows.push({group: m});
+      rows.push({label: m + ': success rate (95 %)', value: function (k) { return rateText(k.modes[m]); }, cls: 'num'});
+      rows.push({label: m + ': suspend ms p50 / p95', value: function (k) { return timeText(k.modes[m] && k.modes[m].suspend_ms); }, cls: 'num', optional: true});
+      rows.push({label: m + ': resume ms p50 / p95', value: function (k) { return timeText(k.modes[m] && k.modes[m].resume_ms); }, cls: 'num', optional: true});
+      phaseNames(list, m).filter(function (p) { return p.indexOf('dpm_') === 0; }).forEach(function (p) {
+        rows.push({label: m + ': ' + p + ' ms p50 / p95', cls: 'num', optional: true,
+                   value: function (k) { return timeText(phaseOf(k, m, p)); }});
+      });
+    });
+    rows.push({group: 'slowest device callbacks (p95 us, median us)'});
+    var depth = Math.max.apply(null, list.map(function (k) { return k.slowest.length; }));
+    for (var i = 0; i < depth; i++) {
+      rows.push({label: '#' + (i + 1), cls: 'text', value: (function (index) {
+        return function (k) {
+          var r = k.slowest[index];
+          return r ? r.device + ' \u00b7 ' + r.phase + ': ' + fmt(r.p95, 1) + ' (' + fmt(r.median, 1) + ')' : '\u2013';
+        };
+      })(i)});
+    }
+    if (!depth) rows.push({label: 'slowest', value: function () { return 'no callback timings'; }});
+    var node = document.getElementById('table-kernels');
+    clear(node);
+    var head = el('tr');
+    head.appendChild(el('th', 'row-head', ''));
+    list.forEach(function (k, i) { head.appendChild(el('th', null, kernelLabel(k, i))); });
+    var thead = el('thead'); thead.appendChild(head); node.appendChild(thead);
+    var body = el('tbody');
+    rows.forEach(function (row) {
+      /* a row no kernel has a value for (no source commit, untimed pm_test modes) says nothing */
+      if (row.optional && list.every(function (k) { return fmt(row.value(k)) === '\u2013'; })) return;
+      var tr = el('tr');
+      if (row.group !== undefined) {
+        var td = el('td', 'group', row.group);
+        td.colSpan = list.length + 1;
+        tr.appendChild(td);
+      } else {
+        tr.appendChild(el('th', 'row-head', row.label));
+        list.forEach(function (k) { tr.appendChild(el('td', row.cls || null, fmt(row.value(k)))); });
+      }
+      body.appendChild(tr);
+    });
+    node.appendChild(body);
+    if (list.length < 2) return;  /* one kernel: nothing to compare, the table says what it is */
+    document.getElementById('kernels-charts').hidden = false;
+    var colour = function (i) { return KERNEL_COLOURS[i % KERNEL_COLOURS.length]; };
+    var c = chart('chart-kernels-rate', {
+      type: 'bar',
+      data: {
+        labels: modes,
+        datasets: list.map(function (k, i) {
+          return {label: kernelLabel(k, i), backgroundColor: colour(i),
+                  data: modes.map(function (m) { var b = k.modes[m]; return b && b.rate !== null ? b.rate * 100 : null; })};
+        })
+      },
+      options: {scales: {y: {min: 0, max: 100, title: {display: true, text: '% of judged cycles (bars: Wilson 95 %)'}}}}
+    }, [errorBarsPlugin]);
+    c.$pmlabIntervals = list.map(function (k) { return modes.map(function (m) { return k.modes[m] ? k.modes[m].ci95 : null; }); });
+    c.draw();
+    var labels = [], keys = [];
+    modes.forEach(function (m) {
+      ['suspend_ms', 'resume_ms'].forEach(function (f) {
+        if (list.some(function (k) { return k.modes[m] && k.modes[m][f]; })) {
+          labels.push(m + ' ' + f.replace('_ms', '')); keys.push([m, f]);
+        }
+      });
+    });
+    var timedModes = modes.filter(function (m) { return phaseNames(list, m).length; });
+    var select = document.getElementById('kernels-phase-mode');
+    timedModes.forEach(function (m) { var o = el('option', null, m); o.value = m; select.appendChild(o); });
+    if (!timedModes.length) {
+      select.disabled = true;
+      noData('chart-kernels-phases', 'No record has phase_ms (records written before the lab measured PM phases).');
+    } else {
+      var phaseData = function (mode) {
+        var names = phaseNames(list, mode);
+        return {labels: names, datasets: list.map(function (k, i) {
+          return {label: kernelLabel(k, i), backgroundColor: colour(i), data: names.map(function (p) {
+            var item = phaseOf(k, mode, p); return item ? item.p50 : null;
+          })};
+        })};
+      };
+      var first = timedModes.indexOf('mem') >= 0 ? 'mem' : timedModes[0];
+      select.value = first;
+      var pc = chart('chart-kernels-phases', {
+        type: 'bar', data: phaseData(first),
+        options: {scales: {y: {beginAtZero: true, title: {display: true, text: 'median ms (passing cycles)'}},
+                           x: {ticks: {autoSkip: false}}}}
+      });
+      select.addEventListener('change', function () { pc.data = phaseData(select.value); pc.update(); });
+    }
+    if (!keys.length) { noData('chart-kernels-time', 'No timed passing cycles.'); return; }
+    chart('chart-kernels-time', {
+      type: 'bar',
+      data: {
+        labels: labels,
+        datasets: list.map(function (k, i) {
+          return {label: kernelLabel(k, i), backgroundColor: colour(i), data: keys.map(function (key) {
+            var b = k.modes[key[0]]; return b && b[key[1]] ? b[key[1]].p50 : null;
+          })};
+        })
+      },
+      options: {scales: {y: {beginAtZero: true, title: {display: true, text: 'median ms (passing cycles)'}}}}
     });
   }
 
@@ -432,6 +589,7 @@
       ['first start', function (id) { return data.runs[id].first_start; }],
       ['last start', function (id) { return data.runs[id].last_start; }],
       ['builds', function (id) { return data.runs[id].builds.join(' '); }, 'text'],
+      ['kernels', function (id) { return (data.runs[id].kernels || []).join(' '); }, 'text'],
       ['setup', function (id) {
         return data.runs[id].manifests.map(function (m) {
           return ['kernel ' + fmt(m.tree_version), 'series ' + fmt(m.series_hash), 'config ' + fmt(m.config_hash),
@@ -477,7 +635,7 @@
     if (links) {
       try { timelineLinks = JSON.parse(links.textContent); } catch (error) { pageError('timeline links: ' + error); }
     }
-    var steps = [overview, success, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
+    var steps = [overview, kernelsSection, success, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });
