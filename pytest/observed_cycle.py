@@ -45,18 +45,22 @@ class Observed:
                             for v in r.get("ordering_violations", [])))
 
 
-def cycle_runner(lab_run, worker_suffix, first_number):
+def cycle_runner(lab_run, worker_suffix, first_number, count=99):
     """(session, run): a guest session of its own (worker name + suffix) and
-    run(mode, knobs=(), expect="pass") -> Observed, numbering the cycles from
-    `first_number` so that two suites' records never share a number. The
-    caller closes the session."""
+    run(mode, knobs=(), expect="pass") -> Observed, numbering `count` cycles
+    from `first_number` so that two suites' records never share a number. A
+    suite that runs more cycles than its range fails saying so. The caller
+    closes the session."""
     session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
                       lab_run["watchdogs"], lab_run["worker"] + worker_suffix,
                       connection=lab_run["connection"])
-    numbers = iter(range(first_number, first_number + 99))
+    numbers = iter(range(first_number, first_number + count))
 
     def run(mode, knobs=(), expect="pass"):
-        record = session.cycle(modes.parse_mode(mode), next(numbers), list(knobs), expect=expect)
+        number = next(numbers, None)
+        assert number is not None, (f"{worker_suffix}: more than {count} cycles from {first_number}: "
+                                    "give its cycle_runner a larger range")
+        record = session.cycle(modes.parse_mode(mode), number, list(knobs), expect=expect)
         return Observed(lab_run["rundir"].path, record)
 
     run.session = session

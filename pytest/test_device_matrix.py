@@ -69,7 +69,7 @@ ALL_ROWS = {device: row for row, devices in ROWS.items() for device in devices}
 
 @pytest.fixture(scope="module")
 def matrix(lab_run):
-    session, run = cycle_runner(lab_run, "-matrix", 8201)
+    session, run = cycle_runner(lab_run, "-matrix", 10001, count=999)  # ~170 cycles; above 9xxx
     plain = {}
 
     def cycle(mode):
