@@ -1,13 +1,14 @@
 """Table of the fault campaign on the patched kernel against the unpatched
 baseline, from the two JUnit files pytest wrote.
 
-    /usr/bin/python3 -m pipelines.baseline_compare PATCHED.xml BASELINE.xml > docs/baseline-comparison.md
+    /usr/bin/python3 -m pipelines.baseline_compare [--series 6.12] PATCHED.xml BASELINE.xml > docs/baseline-comparison.md
 
 A case that passes on the patched kernel and fails on the baseline is where
 the series changes behaviour; the oracle's first finding says how. The
-expected column is BASELINE_FAILS (the patch that changes each case) and
-BASELINE_PASSES; any other outcome is printed to stderr and exits 1, so the
-negative control can fail (pytest/test_baseline_control.py runs it live).
+expected column is BASELINE_FAILS[series] (the patch that changes each case)
+and BASELINE_PASSES[series], for that kernel's bundled series (default 6.1);
+any other outcome is printed to stderr and exits 1, so the negative control
+can fail (pytest/test_baseline_control.py runs it live).
 """
 
 import re
@@ -15,39 +16,64 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-# The campaign cases the series changes: each must fail on the unpatched 6.1.
+# The campaign cases each bundled series (kernel/patches/X.Y) changes, with
+# the patch that changes it: each must fail on that kernel without the series.
 BASELINE_FAILS = {
-    "test_child_registered_during_prepare_re_prepares_parent": "patch 6 (re-prepare the parent)",
-    "test_edu_device_state_survives_s3_and_s4": "patches 1 and 3 (->quiesce*, PMSG_QUIESCE)",
-    "test_failed_image_creation_recovers[freeze]": "patch 5 (->recover)",
-    "test_failed_image_creation_recovers[freeze_late]": "patch 5 (->recover)",
-    "test_failed_image_creation_recovers[freeze_noirq]": "patch 5 (->recover)",
-    "test_poweroff_failure_still_powers_off_and_restores": "patches 1 and 3 (->quiesce*, PMSG_QUIESCE)",
-    "test_restore_failure_in_boot_kernel_recovers_and_boot_continues": "patches 1 and 3 (->quiesce*)",
-    "test_suspend_side_failure_unwinds[suspend_late-expected1]": "patch 8 (suspend_stats step name)",
+    "6.1": {
+        "test_child_registered_during_prepare_re_prepares_parent": "0016 (prepare a device again)",
+        "test_edu_device_state_survives_s3_and_s4": "0004 and 0008 (->quiesce*, PMSG_QUIESCE)",
+        "test_failed_image_creation_recovers[freeze]": "0009 (->recover after a failed image)",
+        "test_failed_image_creation_recovers[freeze_late]": "0009 (->recover after a failed image)",
+        "test_failed_image_creation_recovers[freeze_noirq]": "0009 (->recover after a failed image)",
+        "test_poweroff_failure_still_powers_off_and_restores": "0004 (->quiesce*, PMSG_QUIESCE)",
+        "test_restore_failure_in_boot_kernel_recovers_and_boot_continues": "0004 (->quiesce*)",
+        "test_suspend_side_failure_unwinds[suspend_late-expected1]": "0001 (suspend_stats step names)",
+    },
+    # 6.12 names the late and early steps in suspend_stats itself (the 6.1
+    # series' 0001 is dropped), so that case passes without the series.
+    "6.12": {
+        "test_child_registered_during_prepare_re_prepares_parent": "0015 (prepare a device again)",
+        "test_edu_device_state_survives_s3_and_s4": "0004 and 0008 (->quiesce*, PMSG_QUIESCE)",
+        "test_failed_image_creation_recovers[freeze]": "0009 (->recover after a failed image)",
+        "test_failed_image_creation_recovers[freeze_late]": "0009 (->recover after a failed image)",
+        "test_failed_image_creation_recovers[freeze_noirq]": "0009 (->recover after a failed image)",
+        "test_poweroff_failure_still_powers_off_and_restores": "0004 (->quiesce*, PMSG_QUIESCE)",
+        "test_restore_failure_in_boot_kernel_recovers_and_boot_continues": "0004 (->quiesce*)",
+    },
 }
-# The cases the series does not touch: each must pass on both kernels.
-BASELINE_PASSES = (
-    "test_child_registered_during_suspend_is_skipped_with_a_warning",
-    "test_prepare_eagain_is_retried",
-    "test_suspend_side_failure_unwinds[suspend-expected0]",
-    "test_suspend_side_failure_unwinds[suspend_noirq-expected2]",
-)
+# The cases a series does not touch: each must pass on both kernels.
+BASELINE_PASSES = {
+    "6.1": (
+        "test_child_registered_during_suspend_is_skipped_with_a_warning",
+        "test_prepare_eagain_is_retried",
+        "test_suspend_side_failure_unwinds[suspend-expected0]",
+        "test_suspend_side_failure_unwinds[suspend_noirq-expected2]",
+    ),
+    "6.12": (
+        "test_child_registered_during_suspend_is_skipped_with_a_warning",
+        "test_prepare_eagain_is_retried",
+        "test_suspend_side_failure_unwinds[suspend-expected0]",
+        "test_suspend_side_failure_unwinds[suspend_late-expected1]",
+        "test_suspend_side_failure_unwinds[suspend_noirq-expected2]",
+    ),
+}
 
 
-def expected(kernel):
-    """{case: outcome} the campaign must give on "patched" or "baseline"."""
-    cases = sorted(set(BASELINE_FAILS) | set(BASELINE_PASSES))
+def expected(kernel, series="6.1"):
+    """{case: outcome} the campaign must give on "patched" or "baseline"
+    with the bundled series `series` ("6.1", "6.12")."""
+    fails = BASELINE_FAILS[series]
+    cases = sorted(set(fails) | set(BASELINE_PASSES[series]))
     if kernel == "patched":
         return {name: "pass" for name in cases}
-    return {name: "fail" if name in BASELINE_FAILS else "pass" for name in cases}
+    return {name: "fail" if name in fails else "pass" for name in cases}
 
 
-def unexpected(found, kernel):
-    """What in `found` (outcomes()) contradicts expected(kernel), one line
-    each: a case with another outcome (an "error" is the lab's, never the
-    expected failure), one that did not run, one the table does not know."""
-    want = expected(kernel)
+def unexpected(found, kernel, series="6.1"):
+    """What in `found` (outcomes()) contradicts expected(kernel, series), one
+    line each: a case with another outcome (an "error" is the lab's, never
+    the expected failure), one that did not run, one the table does not know."""
+    want = expected(kernel, series)
     problems = []
     for name in sorted(set(want) | set(found)):
         if name not in want:
@@ -57,7 +83,7 @@ def unexpected(found, kernel):
         elif found[name][0] != want[name]:
             outcome, finding = found[name]
             problems.append(f"{name}: {outcome} on the {kernel} kernel, expected {want[name]}"
-                            + (f" ({BASELINE_FAILS[name]} changes it)" if want[name] == "fail" else "")
+                            + (f" ({BASELINE_FAILS[series][name]} changes it)" if want[name] == "fail" else "")
                             + (f": {finding}" if finding else ""))
     return problems
 
@@ -95,8 +121,8 @@ def _first_finding(message):
     return " ".join(message.split())[:160]
 
 
-def table(patched, baseline):
-    lines = ["| campaign case | patched 6.1 | unpatched 6.1 | what the baseline shows |",
+def table(patched, baseline, series="6.1"):
+    lines = [f"| campaign case | patched {series} | unpatched {series} | what the baseline shows |",
              "|---|---|---|---|"]
     for name in sorted(set(patched) | set(baseline)):
         p_ok, p_msg = patched.get(name, ("not run", ""))
@@ -110,19 +136,26 @@ def table(patched, baseline):
 
 
 def main(argv):
+    series = "6.1"
+    if len(argv) == 5 and argv[1] == "--series":
+        series, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
+        return 2
+    if series not in BASELINE_FAILS:
+        print(f"baseline_compare: no expected table for the {series} series "
+              f"(BASELINE_FAILS has {', '.join(BASELINE_FAILS)})", file=sys.stderr)
         return 2
     patched, baseline = outcomes(argv[1]), outcomes(argv[2])
     if not patched or not baseline:
         print("baseline_compare: no test_fault_campaign cases in "
               f"{argv[1] if not patched else argv[2]}", file=sys.stderr)
         return 1
-    sys.stdout.write("# Fault campaign: patched against unpatched 6.1\n\n"
+    sys.stdout.write(f"# Fault campaign: patched against unpatched {series}\n\n"
                      "Generated by `pipelines/baseline-compare` from the JUnit results of "
                      "`pytest pytest/test_fault_campaign.py` on both kernels.\n\n")
-    sys.stdout.write(table(patched, baseline))
-    problems = unexpected(patched, "patched") + unexpected(baseline, "baseline")
+    sys.stdout.write(table(patched, baseline, series))
+    problems = unexpected(patched, "patched", series) + unexpected(baseline, "baseline", series)
     for problem in problems:
         print(f"baseline_compare: {problem}", file=sys.stderr)
     return 1 if problems else 0
