@@ -24,7 +24,8 @@ Sections (dashboards/schema/dashboard.v1.json):
   harness_memory
                per run id and lab.run process (harness_pid): its resident
                set at its first and last record (by cycle number) and the max.
-  trends       builds (project commit + kernel series hash + variant) in order
+  trends       builds (project commit + kernel series hash + variant, + the
+               kernel spec when not the default) in order
                of their first cycle; per mode: pass counts per build, first
                fail, last pass, failing since.
   kernels      one entry per kernel (kernel spec [@ source commit] + series
@@ -101,9 +102,14 @@ def order_key(cycle):
 
 
 def build_key(cycle):
+    """commit/series[/variant] of the project, then the kernel it ran on
+    when that is not the default: the unpatched 6.1 and 6.12 of one commit
+    both have series "none" and must not share a trend build."""
     commit = (cycle["commit"] or "unknown")[:12]
     key = f"{commit}/{cycle['series_hash'] or 'none'}"
-    return key + (f"/{cycle['variant']}" if cycle["variant"] else "")
+    key += f"/{cycle['variant']}" if cycle["variant"] else ""
+    kernel = _kernel_base(cycle)[0]
+    return key if kernel == DEFAULT_SPEC else f"{key} on {kernel}"
 
 
 LEGACY_RELEASE = re.compile(r"6\.1(?!\d)")  # 6.1.192+: the only kernel before records named their spec

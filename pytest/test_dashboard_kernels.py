@@ -281,3 +281,26 @@ def test_kernels_panel_in_chromium(recorded, tmp_path):
     assert console_messages(stderr) == [] and body.get("data-chart-count") == str(CANVASES)
     (charts,) = [a for _, a, _ in dom.elements if a.get("id") == "kernels-charts"]
     assert "hidden" in charts and dom.texts_in("table-kernels")[0] == "K1: linux-source-6.1 patched"
+
+
+def test_two_unpatched_kernels_of_one_commit_are_two_trend_builds(recorded, tmp_path):
+    """The unpatched 6.1 and 6.12 of one project commit both have series
+    "none": the trend keeps them apart by kernel (and keeps the default
+    kernel's key as it always was)."""
+    root = tmp_path / "results"
+    baseline_61 = [dict(r, run_id="base-61", kernel=dict(r.get("kernel") or {}, series_hash="none",
+                                                         variant="baseline")) for r in recorded]
+    testing.write_run(str(root), "base-61", baseline_61,
+                      manifest=testing.manifest("c" * 40, series_hash="none", variant="baseline"))
+    baseline_612 = [as_612(r, "base-612", 15) for r in recorded]
+    for record in baseline_612:
+        record["kernel"].update(series_hash="none", variant="baseline")
+    manifest = manifest_612("c" * 40)
+    manifest["kernel"].update(series_hash="none", variant="baseline")
+    testing.write_run(str(root), "base-612", baseline_612, manifest=manifest)
+    board = compute.compute([str(root)])
+    builds = {build["key"]: build for build in board["trends"]["builds"]}
+    assert list(builds) == ["cccccccccccc/none/baseline", f"cccccccccccc/none/baseline on {SPEC_612}"]
+    assert [build["runs"] for build in builds.values()] == [["base-61"], ["base-612"]]
+    mem = builds[f"cccccccccccc/none/baseline on {SPEC_612}"]["modes"]["mem"]
+    assert mem["status"] == "fail" and mem["first_fail"]["cycle"] == 1
