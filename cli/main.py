@@ -230,8 +230,7 @@ def lava_command(argv):
         plan = modes.plan(items, args.cycles, wake="rtc")
     except Exception as error:  # lab.virt.LabError from the grammar
         raise ValueError(str(error)) from None
-    artifacts = options.artifacts_dir(args) if args.baseline or args.kernel or args.series or args.config \
-        else args.artifacts
+    artifacts = options.artifacts_dir(args) if args.baseline or options.names_kernel(args) else args.artifacts
     command = [os.path.join(REPO, "pipelines", "lava", "run-local"),
                "--cycles", str(sum(count for _, count in plan)), "--rtc", str(args.rtc),
                "--results", os.path.abspath(args.results)]

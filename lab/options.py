@@ -62,6 +62,12 @@ def add_kernel(parser, artifacts_default=None):
                              "(a build directory of its own)")
 
 
+def names_kernel(args):
+    """Whether the add_kernel options name a kernel to build (--kernel,
+    --series or --config), rather than an artifact directory."""
+    return any(getattr(args, name, None) for name in ("kernel", "series", "config"))
+
+
 def artifacts_dir(args, default=None):
     """The artifact directory the add_kernel options name (LabError for a
     bad --kernel/--series, or a mix that names two kernels)."""
@@ -69,7 +75,7 @@ def artifacts_dir(args, default=None):
     from lab import kernels
     from lab.virt import LabError
     spec, series, config = (getattr(args, name, None) for name in ("kernel", "series", "config"))
-    if spec or series or config:
+    if names_kernel(args):
         if args.baseline or (args.artifacts and args.artifacts != default):
             raise LabError("--kernel/--series/--config name a kernel: give them without --artifacts or --baseline")
         try:

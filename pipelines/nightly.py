@@ -76,7 +76,7 @@ def parse_args(argv):
     options.add_keep(lab, "failures")
     options.add_inject(lab, "that cycle of the plan (its number in the whole run, any shard)")
     args = parser.parse_args(argv)
-    if args.kernel or args.series or args.config:  # one directory for lab.run, the LAVA jobs and the manifest
+    if options.names_kernel(args):  # one directory for lab.run, the LAVA jobs and the manifest
         try:
             args.artifacts = options.artifacts_dir(args)
         except Exception as error:  # lab.virt.LabError
