@@ -42,11 +42,8 @@ def test_6_12_series_is_checkpatch_clean_and_applies():
     own checkpatch in its own build directory.  Extracting a second tree takes
     minutes, so this runs in pipelines."""
     series_dir = os.path.join(REPO, "kernel", "patches", "6.12")
-    env = {"PMLAB_LINUX_TARBALL": "/usr/src/linux-source-6.12.tar.xz",
-           "PMLAB_SERIES_DIR": series_dir,
-           # the build directory of --kernel linux-source-6.12: its tree is extracted once
-           "PMLAB_BUILD": os.path.join(REPO, "build", "kernels", "linux-source-6.12")}
-    result = run("kernel/check-series", env=env)
+    # --kernel: that kernel's bundled series and build directory (its tree is extracted once)
+    result = run("kernel/check-series", "--kernel", "linux-source-6.12")
     assert result.returncode == 0, result.stdout + result.stderr
     names = series(series_dir)
     for patch in names:
