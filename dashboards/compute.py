@@ -103,12 +103,15 @@ def order_key(cycle):
 
 def build_key(cycle):
     """commit/series[/variant] of the project, then the kernel it ran on
-    when that is not the default: the unpatched 6.1 and 6.12 of one commit
-    both have series "none" and must not share a trend build."""
+    when that is not the default tree and config: the unpatched 6.1 and 6.12
+    of one commit both have series "none", and a user's --config builds the
+    same commit and series, yet none of them may share a trend build."""
     commit = (cycle["commit"] or "unknown")[:12]
     key = f"{commit}/{cycle['series_hash'] or 'none'}"
     key += f"/{cycle['variant']}" if cycle["variant"] else ""
     kernel = _kernel_base(cycle)[0]
+    if cycle.get("base_config"):
+        kernel += f" config {cycle['config_hash'] or 'unknown'}"
     return key if kernel == DEFAULT_SPEC else f"{key} on {kernel}"
 
 

@@ -188,6 +188,8 @@ def normalise(record, default_run_id, manifest):
         "kernelrelease": _str(kernel.get("kernelrelease")) or _str(manifest_kernel.get("kernelrelease")) or None,
         "tree_version": _str(manifest_kernel.get("tree_version")) or None,
         "config_hash": _str(manifest_kernel.get("config_hash")) or None,
+        # a user's .config (kernel/build --config) under the fragment
+        "base_config": _str(kernel.get("base_config")) or _str(manifest_kernel.get("base_config")) or None,
         "host_phases": _phases(record.get("host_phases")),
         "phase_ms": _phases(record.get("phase_ms")),
         "harness_rss_kib": _int(record.get("harness_rss_kib")),

@@ -304,3 +304,19 @@ def test_two_unpatched_kernels_of_one_commit_are_two_trend_builds(recorded, tmp_
     assert [build["runs"] for build in builds.values()] == [["base-61"], ["base-612"]]
     mem = builds[f"cccccccccccc/none/baseline on {SPEC_612}"]["modes"]["mem"]
     assert mem["status"] == "fail" and mem["first_fail"]["cycle"] == 1
+
+
+def test_a_users_config_of_the_same_commit_is_its_own_trend_build(recorded, tmp_path):
+    """kernel/build --config: same tree, commit and series as the default
+    build, another .config underneath (its manifest names base_config and
+    the merged config's hash)."""
+    root = tmp_path / "results"
+    series = "a290a2537b597450"
+    testing.write_run(str(root), "default", [dict(r, run_id="default") for r in recorded],
+                      manifest=testing.manifest("d" * 40, series_hash=series, variant="patched"))
+    manifest = testing.manifest("d" * 40, series_hash=series, variant="patched")
+    manifest["kernel"].update(base_config="/home/me/my.config", config_hash="00000000000000aa")
+    testing.write_run(str(root), "mine", [dict(r, run_id="mine") for r in recorded], manifest=manifest)
+    builds = {build["key"]: build["runs"] for build in compute.compute([str(root)])["trends"]["builds"]}
+    assert builds == {f"dddddddddddd/{series}/patched": ["default"],
+                      f"dddddddddddd/{series}/patched on {DEFAULT_SPEC} config 00000000000000aa": ["mine"]}
