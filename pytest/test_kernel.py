@@ -15,7 +15,6 @@ from lab.session import Session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATCHES = os.path.join(REPO, "kernel", "patches", "6.1")
-OUT = artifacts_mod.DEFAULT_DIR
 
 
 def run(*command, env=None):
@@ -82,9 +81,17 @@ def test_every_prefix_of_the_series_compiles_the_c_files_it_touches():
     assert "every prefix compiles the .c files it touches" in result.stdout
 
 
-def test_every_fragment_option_survived_kconfig():
-    config = os.path.join(OUT, "config")
-    assert os.path.exists(config), "build/out/config missing: run kernel/build"
+@pytest.fixture(scope="module")
+def out(pytestconfig):
+    """The artifacts this session tests: build/out, or what --artifacts,
+    --baseline or --kernel/--series/--config name (as the guest tests)."""
+    from conftest import artifacts_dir
+    return artifacts_dir(pytestconfig)
+
+
+def test_every_fragment_option_survived_kconfig(out):
+    config = os.path.join(out, "config")
+    assert os.path.exists(config), f"{config} missing: run kernel/build"
     result = run("/usr/bin/python3", "kernel/check_config.py", "kernel/config/pmlab.config", config)
     assert result.returncode == 0, result.stderr
 
@@ -101,15 +108,18 @@ def test_a_dropped_option_is_reported_with_its_line(tmp_path):
     assert "CONFIG_PM=" not in result.stderr
 
 
-def test_pmtest_module_is_built_for_this_kernel_with_the_new_callbacks():
-    found = artifacts_mod.find(OUT)
-    module = os.path.join(OUT, "modules", "pmtest.ko")
+def test_pmtest_module_is_built_for_this_kernel_with_the_new_callbacks(out):
+    """Built for this kernel, with the quiesce/recover callbacks exactly
+    when its series adds them (pmtest's Kbuild reads <linux/pm.h>)."""
+    found = artifacts_mod.find(out)
+    module = os.path.join(out, "modules", "pmtest.ko")
     vermagic = run("/sbin/modinfo", "-F", "vermagic", module).stdout.split()
     assert vermagic and vermagic[0] == found.manifest["kernelrelease"]
     symbols = run("nm", module).stdout
+    patched = found.manifest.get("variant") == "patched"
     for callback in ("quiesce", "quiesce_late", "quiesce_noirq", "recover", "recover_early",
                      "recover_noirq"):
-        assert f" pmtest_pm_{callback}\n" in symbols, callback
+        assert (f" pmtest_pm_{callback}\n" in symbols) == patched, (callback, found.manifest.get("variant"))
 
 
 # ------------------------------------------------------------ in a real guest
@@ -145,10 +155,10 @@ PREPARE_1 = {"pmtest_direct", "pmtest_no_direct"}
 
 
 @pytest.fixture(scope="module")
-def patched_session(lab_run):
-    found = artifacts_mod.find(OUT)
+def patched_session(lab_run, out):
+    found = artifacts_mod.find(out)
     if found.manifest.get("variant") != "patched":
-        pytest.fail(f"{OUT} holds a {found.manifest.get('variant')} kernel", pytrace=False)
+        pytest.fail(f"{out} holds a {found.manifest.get('variant')} kernel", pytrace=False)
     session = Session(found, lab_run["rundir"], lab_run["uri"], lab_run["profile"],
                       lab_run["watchdogs"], lab_run["worker"] + "-kernel",
                       connection=lab_run["connection"])
