@@ -27,7 +27,7 @@ import ctypes
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import libvirt
 
@@ -118,6 +118,8 @@ class Cycle:
         if self.guest.agent.first_data:  # splits the guest's work from the transfer
             self.timeline.append(["report-started", round(self.guest.agent.first_data, 3)])
         self.note("report")
+        if reply.data:  # the trace pages rendered as text, the form every reader takes
+            reply = replace(reply, output=guest_report.from_bytes(reply.data))
         return reply
 
     def not_running(self):
@@ -223,6 +225,10 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
                       reason="the guest booted afresh instead of resuming from the hibernation image")
         return result
     parts = guest_report.sections(report)
+    if "trace_raw_error" in parts:
+        result.update(verdict="error", phase="lab",
+                      reason=f"the guest's trace pages could not be decoded: {parts['trace_raw_error'].splitlines()[0]}")
+        return result
     if status != 0 or "end" not in parts:
         result.update(verdict="error", phase="lab",
                       reason=f"pmlab-cycle exited with {status}: {report.strip()[-300:]}")

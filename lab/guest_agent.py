@@ -26,7 +26,8 @@ HEADER = re.compile(rb"@pmlab-reply (\d{1,18}) (-?\d{1,18}) (\d{1,18})\n")
 class Reply:
     id: int
     status: int
-    output: str
+    output: str  # data as text; a cycle's report: lab.cycle renders its trace pages (lab.guest_report.from_bytes)
+    data: bytes = b""
 
 
 class ReplyParser:
@@ -59,8 +60,8 @@ class ReplyParser:
             if len(self._buffer) < end:
                 self._buffer = self._buffer[match.start():]
                 return replies
-            output = self._buffer[match.end():end].decode("utf-8", "replace")
-            replies.append(Reply(int(match.group(1)), int(match.group(2)), output))
+            data = self._buffer[match.end():end]
+            replies.append(Reply(int(match.group(1)), int(match.group(2)), data.decode("utf-8", "replace"), data))
             self._buffer = self._buffer[end:]
 
 

@@ -7,12 +7,17 @@
   (reports from before that split them into suspend_stats_* and
    wakeup_sources_* sections parse the same way)
   trace                         the trace buffer (lab/trace.py)
+  trace_raw                     the trace buffer as binary pages (guest/pmlab-traceraw.c):
+                                from_bytes() renders it into a trace section on arrival
+  trace_raw_error               written by from_bytes() when the pages cannot be decoded
   dmesg                         the guest's kernel log since the previous report (lab/sleepgraph.py)
   pmtest_log                    /sys/kernel/debug/pmtest/log (lab/pmtest_log.py)
   end                           present only if the script ran to its end
 """
 
 import re
+
+from lab import trace_raw
 
 SECTION = re.compile(r"^=== (\w+)$")
 # A counter as sysfs prints it; a longer run of digits is a corrupted line
@@ -36,6 +41,31 @@ def sections(text):
     if name is not None:
         out[name] = "\n".join(body)
     return out
+
+
+RAW_SECTION = b"=== trace_raw\n"
+
+
+def from_bytes(data):
+    """The report as text, from the guest's bytes: a trace_raw section's binary
+    pages become a trace section, as `cat trace` printed it. Pages that cannot
+    be decoded become a trace_raw_error section naming why (the cycle is then
+    a lab error) and the sections after them are still read."""
+    if data.startswith(RAW_SECTION):
+        at = 0
+    else:
+        at = data.find(b"\n" + RAW_SECTION) + 1
+        if at == 0:
+            return data.decode("utf-8", "replace")
+    head, start = data[:at].decode("utf-8", "replace"), at + len(RAW_SECTION)
+    try:
+        rendered, end = trace_raw.render(data, start)
+    except trace_raw.TraceRawError as error:
+        rest = data[start:]
+        cut = rest.find(b"\n=== ")
+        tail = rest[cut + 1:].decode("utf-8", "replace") if cut >= 0 else ""
+        return f"{head}=== trace_raw_error\n{error}\n{tail}"
+    return f"{head}=== trace\n{rendered}\n{data[end:].decode('utf-8', 'replace')}"
 
 
 def key_values(text):

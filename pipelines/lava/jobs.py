@@ -277,7 +277,7 @@ def frames(lines):
                 elif hashlib.md5(payload).hexdigest() != current["md5"]:
                     problem = "the framed report's md5 does not match its frame"
                 else:
-                    report = gzip.decompress(payload).decode(errors="replace")
+                    report = guest_report.from_bytes(gzip.decompress(payload))  # trace pages rendered
             if end["cycle"] != current["cycle"]:
                 problem = f"report-begin of cycle {current['cycle']} ended by report-end of cycle {end['cycle']}"
                 report = None

@@ -43,15 +43,41 @@ CYCLES = [
 ]
 
 
+def record_trace_raw(session):
+    """One real S3 sleep's trace buffer twice: as the kernel formats it (`cat
+    trace`, which leaves the buffer alone) and as guest/pmlab-traceraw's
+    binary pages, read after it; lab/trace_raw.py must render the second as
+    the first (pytest/test_trace_raw.py). rtcwake wakes the guest itself."""
+    tracing = "/sys/kernel/tracing"
+    agent = session.guest.agent
+    agent.call(f": >{tracing}/trace; echo deep >/sys/power/mem_sleep")
+    agent.call(f"echo 'SUSPEND START' >{tracing}/trace_marker; rtcwake -m mem -s 3 >/dev/null 2>&1; "
+               f"echo 'RESUME COMPLETE' >{tracing}/trace_marker", timeout=120)
+    text = agent.call(f"cat {tracing}/trace")
+    pages = agent.call("pmlab-traceraw")
+    assert text.status == 0 and pages.status == 0, (text.output[-300:], pages.output[-300:])
+    for name, data in (("trace-raw-mem.txt.gz", text.data), ("trace-raw-mem.bin.gz", pages.data)):
+        with gzip.open(os.path.join(HERE, name), "wb") as out:
+            out.write(data)
+    print(f"trace-raw: {text.output.count(chr(10))} text lines, {len(pages.data)} bytes of pages")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--artifacts")
     parser.add_argument("--baseline", action="store_true")
+    parser.add_argument("--trace-raw-only", action="store_true",
+                        help="only the text/pages pair of one S3 sleep's trace buffer")
     args = parser.parse_args()
     found = artifacts.find(artifacts.BASELINE_DIR if args.baseline else args.artifacts or artifacts.DEFAULT_DIR)
     results = tempfile.mkdtemp(prefix="pmlab-record-")
     rundir = RunDir(results, "recording")
     session = Session(found, rundir, worker="rec")
+    if args.trace_raw_only:
+        session.cycle(modes.parse_mode("mem"), 100)  # boots the guest
+        record_trace_raw(session)
+        session.close()
+        return
 
     # 1. Raw agent bytes: a few plain commands and one full cycle.
     mem = modes.parse_mode("mem")
@@ -65,6 +91,7 @@ def main():
     session.guest.agent.tap = None
     with gzip.open(os.path.join(HERE, "agent-stream.bin.gz"), "wb") as out:
         out.write(raw)
+    record_trace_raw(session)
 
     # 2. One cycle of each kind, with the report kept.
     names = {}
