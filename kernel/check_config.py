@@ -3,6 +3,9 @@
 
 kconfig silently drops options whose dependencies are not met; a guest built
 from such a config boots without the feature the fragment asked for.
+--overrides names where a user's base .config (kernel/build --config) set an
+option the fragment sets otherwise: merge_config.sh lets the fragment win
+without a word, so a user's CONFIG_HZ_250=y would vanish unexplained.
 """
 import os
 import re
@@ -38,6 +41,16 @@ def dropped(fragment_lines, config_lines):
     return lost
 
 
+def overridden(fragment_lines, base_lines):
+    """(option, base value, fragment value, fragment line) for every option
+    the base config sets explicitly ("=..." or "is not set") to a value
+    other than the fragment's."""
+    base = {k: v for k, (v, _) in parse(base_lines).items()}
+    return [(option, base[option], wanted, number)
+            for option, (wanted, number) in parse(fragment_lines).items()
+            if option in base and base[option] != wanted]
+
+
 KCONFIG_SYMBOL = re.compile(r'^\s*(?:menu)?config\s+([A-Za-z0-9_]+)\s*$', re.MULTILINE)
 
 
@@ -68,8 +81,16 @@ def main(argv):
             print(f'{argv[2]}:{number}: {option}: no such option in {argv[3]} '
                   f'(no "config {option[len("CONFIG_"):]}" in any Kconfig file)', file=sys.stderr)
         return 1 if missing else 0
+    if len(argv) == 4 and argv[1] == '--overrides':
+        with open(argv[2]) as fragment, open(argv[3]) as base:
+            replaced = overridden(fragment.readlines(), base.readlines())
+        for option, theirs, wanted, number in replaced:
+            print(f'{argv[2]}:{number}: {option}={wanted} replaces {option}={theirs} '
+                  f'of {argv[3]} (the lab needs the fragment\'s value)', file=sys.stderr)
+        return 0
     if len(argv) != 3:
-        print('usage: check_config.py FRAGMENT DOTCONFIG | --symbols FRAGMENT TREE', file=sys.stderr)
+        print('usage: check_config.py FRAGMENT DOTCONFIG | --symbols FRAGMENT TREE'
+              ' | --overrides FRAGMENT BASECONFIG', file=sys.stderr)
         return 2
     with open(argv[1]) as fragment, open(argv[2]) as config:
         lost = dropped(fragment.readlines(), config.readlines())

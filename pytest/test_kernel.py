@@ -108,6 +108,19 @@ def test_a_dropped_option_is_reported_with_its_line(tmp_path):
     assert "CONFIG_PM=" not in result.stderr
 
 
+def test_a_base_config_value_the_fragment_replaces_is_named(tmp_path):
+    # kernel/build --config: merge_config.sh lets the fragment win silently
+    fragment = tmp_path / "fragment.config"
+    fragment.write_text("CONFIG_PM=y\nCONFIG_HZ_1000=y\n# CONFIG_SLOB is not set\nCONFIG_NR_CPUS=4\n")
+    base = tmp_path / "user.config"
+    base.write_text("CONFIG_PM=y\nCONFIG_HZ_250=y\n# CONFIG_HZ_1000 is not set\nCONFIG_SLOB=y\n")
+    result = run("/usr/bin/python3", "kernel/check_config.py", "--overrides", str(fragment), str(base))
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == [
+        f"{fragment}:2: CONFIG_HZ_1000=y replaces CONFIG_HZ_1000=n of {base} (the lab needs the fragment's value)",
+        f"{fragment}:3: CONFIG_SLOB=n replaces CONFIG_SLOB=y of {base} (the lab needs the fragment's value)"]
+
+
 def test_pmtest_module_is_built_for_this_kernel_with_the_new_callbacks(out):
     """Built for this kernel, with the quiesce/recover callbacks exactly
     when its series adds them (pmtest's Kbuild reads <linux/pm.h>)."""
