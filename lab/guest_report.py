@@ -1,13 +1,15 @@
 """The report guest/pmlab-cycle prints: sections "=== <name>" of text.
 
-  before / after / enter        key=value lines
-  sysfs_before / sysfs_after    "grep -r ." lines (one grep per side, to spare a process):
+  before / after / enter        key=value lines (before: start=prepared when the agent
+                                prepared the snapshot and emptied trace while the host
+                                judged the previous cycle, start=taken when the cycle did)
+  sysfs_before / sysfs_after    "path:value" lines, as `grep -r .` printed them:
                                 /sys/power/suspend_stats/<name>:<value> and
                                 /sys/class/wakeup/<src>/{name,event_count}:<value>
   (reports from before that split them into suspend_stats_* and
    wakeup_sources_* sections parse the same way)
   trace                         the trace buffer (lab/trace.py)
-  trace_raw                     the trace buffer as binary pages (guest/pmlab-traceraw.c):
+  trace_raw                     the trace buffer as binary pages (guest/pmlab-evidence.c):
                                 from_bytes() renders it into a trace section on arrival
   trace_raw_error               written by from_bytes() when the pages cannot be decoded
   dmesg                         the guest's kernel log since the previous report (lab/sleepgraph.py)

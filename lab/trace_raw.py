@@ -1,4 +1,4 @@
-"""The guest's trace buffer as binary ring buffer pages (guest/pmlab-traceraw.c),
+"""The guest's trace buffer as binary ring buffer pages (guest/pmlab-evidence.c),
 rendered here as the text /sys/kernel/tracing/trace would have shown.
 
 The guest copies pages instead of formatting text (~40 us an event under

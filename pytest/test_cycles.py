@@ -92,3 +92,48 @@ def test_a_small_pmtest_tree_boots_and_is_judged_whole(lab_run):
         named = sorted(d for d in devices if d.endswith(f"({driver})"))
         assert len(named) == count, f"{driver}: {named}"
     assert record["ordering_violations"] == [] and record["ordering_checked"]["pmtest_log"] > 0
+
+
+BETWEEN_CYCLES = 9021
+
+
+def test_a_command_between_cycles_discards_the_prepared_start(lab_run):
+    """After a cycle's reply the agent prepares the next cycle's start
+    (guest/pmlab-cycle prepare: snapshot, trace and pmtest log emptied)
+    while the host judges. Any other command in between discards that: the
+    next cycle takes its start itself, so a trace marker written in between
+    is not in its trace. The same calls check pmlab-evidence's kernel log
+    against busybox `dmesg`, and that it clears the log as `dmesg -c` did."""
+    import gzip
+
+    from lab import guest_report
+    from lab.session import Session
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], "pc-seabios",
+                      lab_run["watchdogs"], lab_run["worker"] + "-prepare", connection=lab_run["connection"])
+    mem = modes.parse_mode("mem")
+
+    def report(record):
+        assert record["verdict"] == "pass", _explain(record)
+        with gzip.open(os.path.join(lab_run["rundir"].path, record["report"]), "rt") as text:
+            return guest_report.sections(text.read())
+    try:
+        first = report(session.cycle(mem, BETWEEN_CYCLES))
+        agent = session.guest.agent
+        assert agent.call("echo pmlab-between-cycles >/sys/kernel/tracing/trace_marker").status == 0
+        assert agent.call("echo 'pmlab: a line between cycles' >/dev/kmsg").status == 0
+        dmesg = agent.call("dmesg")
+        evidence = agent.call("pmlab-evidence log=kmsg")
+        after = agent.call("dmesg")
+        taken = report(session.cycle(mem, BETWEEN_CYCLES + 1))
+        prepared = report(session.cycle(mem, BETWEEN_CYCLES + 2))
+    finally:
+        session.close()
+    assert "pmlab: a line between cycles" in dmesg.output
+    assert evidence.status == 0 and evidence.output == "=== log\n" + dmesg.output
+    assert after.status == 0 and after.output == ""
+    starts = [guest_report.key_values(r["before"]).get("start") for r in (first, taken, prepared)]
+    assert starts == ["taken", "taken", "prepared"]  # a fresh guest has nothing prepared
+    for sections in (taken, prepared):
+        assert "/sys/power/suspend_stats/success:" in sections["sysfs_before"]
+        assert "pmlab-between-cycles" not in sections["trace"]
+        assert "pmtest_log" in sections and "dmesg" in sections

@@ -1,6 +1,6 @@
 """lab.trace_raw: the guest's binary trace pages, rendered as the kernel's own
 trace file. The recording is one real S3 sleep's buffer read twice in the
-guest, first as `cat trace` text, then as guest/pmlab-traceraw's pages
+guest, first as `cat trace` text, then as guest/pmlab-evidence's pages
 (pytest/recordings/record.py --trace-raw-only)."""
 
 import random
@@ -150,9 +150,9 @@ def test_undecodable_pages_make_the_cycle_a_lab_error_naming_why():
 
 
 def test_the_helpers_error_text_reaches_the_reason():
-    """pmlab-traceraw failing mid-way prints why on stderr, which the agent
+    """pmlab-evidence failing mid-way prints why on stderr, which the agent
     sends in the same stream: the decode error quotes it."""
     files, pages = _items(PAGES)
-    partial = _pack(files, [])[:-len(b"end\n")] + b"pmlab-traceraw: cannot open per_cpu: No such file\n"
+    partial = _pack(files, [])[:-len(b"end\n")] + b"pmlab-evidence: cannot open per_cpu: No such file\n"
     with pytest.raises(trace_raw.TraceRawError, match="cannot open per_cpu"):
         trace_raw.render(partial)

@@ -45,7 +45,7 @@ CYCLES = [
 
 def record_trace_raw(session):
     """One real S3 sleep's trace buffer twice: as the kernel formats it (`cat
-    trace`, which leaves the buffer alone) and as guest/pmlab-traceraw's
+    trace`, which leaves the buffer alone) and as guest/pmlab-evidence's
     binary pages, read after it; lab/trace_raw.py must render the second as
     the first (pytest/test_trace_raw.py). rtcwake wakes the guest itself."""
     tracing = "/sys/kernel/tracing"
@@ -54,9 +54,11 @@ def record_trace_raw(session):
     agent.call(f"echo 'SUSPEND START' >{tracing}/trace_marker; rtcwake -m mem -s 3 >/dev/null 2>&1; "
                f"echo 'RESUME COMPLETE' >{tracing}/trace_marker", timeout=120)
     text = agent.call(f"cat {tracing}/trace")
-    pages = agent.call("pmlab-traceraw")
+    pages = agent.call("pmlab-evidence trace_raw=trace-pages")
     assert text.status == 0 and pages.status == 0, (text.output[-300:], pages.output[-300:])
-    for name, data in (("trace-raw-mem.txt.gz", text.data), ("trace-raw-mem.bin.gz", pages.data)):
+    header = b"=== trace_raw\n"
+    assert pages.data.startswith(header), pages.data[:100]
+    for name, data in (("trace-raw-mem.txt.gz", text.data), ("trace-raw-mem.bin.gz", pages.data[len(header):])):
         with gzip.open(os.path.join(HERE, name), "wb") as out:
             out.write(data)
     print(f"trace-raw: {text.output.count(chr(10))} text lines, {len(pages.data)} bytes of pages")
