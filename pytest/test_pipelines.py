@@ -6,6 +6,7 @@ renderer. Seconds, no guest, no kernel build."""
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -599,6 +600,45 @@ def test_ci_runs_the_test_suite_and_the_commit_pipeline_on_every_push():
     for definition, commands in _ci_push_commands().items():
         assert any(command.startswith("pipelines/commit ") for command in commands), (definition, commands)
         assert "./pmlab test" in commands, (definition, commands)
+
+
+def test_the_schedule_soaks_both_machine_profiles():
+    """Issue 12: fidelity (q35+OVMF, the nightly's default) and throughput
+    (pc-seabios, two or more guests) are both scheduled, in both CI
+    definitions; their command lines parse as the pipelines parse them."""
+    import shlex
+
+    import yaml
+
+    from pipelines import nightly, soak
+    ci = os.path.join(REPO, "pipelines", "ci")
+    with open(os.path.join(ci, "github-actions.yml")) as source:
+        github = yaml.safe_load(source)
+    with open(os.path.join(ci, "gitlab-ci.yml")) as source:
+        gitlab = yaml.safe_load(source)
+    scheduled = {
+        "github": [step["run"] for job in github["jobs"].values() if "'schedule'" in job.get("if", "")
+                   for step in job["steps"] if "run" in step],
+        "gitlab": [command for job in gitlab.values() if isinstance(job, dict) and "script" in job
+                   if any("schedule" in rule.get("if", "") for rule in job.get("rules", []))
+                   for command in job["script"]],
+    }
+    variables = {"github": github["env"], "gitlab": gitlab["variables"]}
+
+    def expanded(definition, command):  # the CI's variables; an expression or a CI-set one: "X"
+        command = re.sub(r"\$\{\{[^}]*\}\}", "X", command)
+        return re.sub(r"\$(\w+)", lambda m: variables[definition].get(m.group(1), "X"), command)
+    for definition, commands in scheduled.items():
+        profiles = set()
+        for command in commands:
+            words = shlex.split(expanded(definition, command))
+            if words[0] == "pipelines/nightly":
+                profiles.add(nightly.parse_args(words[1:])[1].profile or "q35-ovmf")
+            elif words[0] == "pipelines/soak":
+                args = soak.parse_args(words[1:])
+                assert args.guests >= 2 and args.mode == ["mem"], (definition, command)
+                profiles.add(args.profile or "q35-ovmf")
+        assert profiles == {"q35-ovmf", "pc-seabios"}, (definition, commands)
 
 
 def _forget_shared_values():
