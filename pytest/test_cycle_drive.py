@@ -1,0 +1,87 @@
+"""lab.cycle's drive order against events that arrive late (unit level: the
+live guests of test_cycles.py cannot make libvirt slow on purpose).
+
+The guest's report comes over the agent's stream and libvirt's PMWakeup
+event over its event connection; a 10,000-cycle soak saw the report
+overtake the event once (libvirtd took 106 ms to answer virDomainPMWakeup)
+and the cycle failed its proof of sleep. The stand-ins below are the
+guest's two channels, nothing more: real lab.virt.DomainEvents and
+ConsoleCapture, an agent whose reply is ready when the wake is sent.
+"""
+
+import threading
+
+from lab import modes
+from lab.cycle import Cycle, Watchdogs
+from lab.guest import ConsoleCapture
+from lab.guest_agent import Reply
+from lab.virt import DomainEvents
+
+
+class Agent:
+    pokes = 0
+    first_data = None  # no transfer to time
+
+    def __init__(self):
+        self.reply = None
+
+    def send(self, command):
+        return 1
+
+    def has_reply(self, request_id):
+        return self.reply is not None
+
+    def wait(self, request_id, timeout, abort=None):
+        assert self.reply is not None, "the stand-in's reply is ready once the wake was sent"
+        return self.reply
+
+
+class Guest:
+    """The guest sleeps as soon as asked; the wake makes its report ready at
+    once and libvirt's PMWakeup event `event_delay` seconds later."""
+
+    def __init__(self, tmp_path, event_delay):
+        self.agent = Agent()
+        self.events = DomainEvents()
+        self.console = ConsoleCapture(str(tmp_path / "console.log"))
+        self.event_delay = event_delay
+        self.timers = []
+        real_send = self.agent.send
+
+        def send(command):
+            request = real_send(command)
+            self.events.add("pmsuspend")
+            return request
+        self.agent.send = send
+
+    def running(self):
+        return True
+
+    def pm_wakeup(self):
+        self.agent.reply = Reply(1, 0, "=== end\n", b"")
+        timer = threading.Timer(self.event_delay, self.events.add, ("pmwakeup",))
+        self.timers.append(timer)
+        timer.start()
+
+
+def drive_mem(tmp_path, event_delay):
+    guest = Guest(tmp_path, event_delay)
+    cycle = Cycle(guest, modes.parse_mode("mem"), 1, Watchdogs())
+    reply = cycle.drive()
+    events = [kind for _, kind, _ in guest.events.since(cycle.event_mark)]
+    for timer in guest.timers:
+        timer.cancel()
+    return reply, events, [step for step, _ in cycle.timeline]
+
+
+def test_a_pmwakeup_event_behind_the_report_is_still_counted(tmp_path):
+    reply, events, steps = drive_mem(tmp_path, 0.3)
+    assert reply.status == 0
+    assert events == ["pmsuspend", "pmwakeup"]
+    assert steps == ["sent", "pmsuspend", "pmwakeup-sent", "report"]  # the wait is not a step
+
+
+def test_a_pmwakeup_event_that_never_comes_is_not_waited_for_forever(tmp_path, monkeypatch):
+    monkeypatch.setattr("lab.cycle.WAKE_EVENT_GRACE", 0.2)
+    reply, events, _ = drive_mem(tmp_path, 60)
+    assert events == ["pmsuspend"]  # judge() then fails the proof of sleep
