@@ -104,6 +104,8 @@ def make_series_repo(series_dir, good, bad, repo):
     os.makedirs(repo)
     git(repo, "init", "-q")
     commits = {}
+    for name in patches[:max(good - 1, 0)]:  # GOOD's own prefix: every commit applies it
+        shutil.copy2(os.path.join(series_dir, name), os.path.join(repo, name))
     for k in range(good, bad + 1):
         if k > 0:
             shutil.copy2(os.path.join(series_dir, patches[k - 1]), os.path.join(repo, patches[k - 1]))

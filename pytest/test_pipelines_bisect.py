@@ -5,13 +5,14 @@ Two tests:
     (series resolution, one commit per prefix, `git bisect run`, naming the
     patch) with a check command standing in for the build: seconds.
   - test_bisect_kernel_build_names_patch_that_does_not_compile: the real
-    thing at compile level: 4 small patches against Debian's linux-source-6.1,
-    the 3rd does not compile; `pipelines/bisect 0 4 --check build` runs
-    kernel/build (container, ccache, under flock /tmp/pmlab-kernel-build.lock)
-    per step in build/bisect-test and must name the 3rd patch. Minutes: the
-    first run seeds build/bisect-test (git clone of build/src/linux) and
-    builds once from ccache; later steps and later runs are incremental.
-    Marked `guest` (the slow class: deselect with -m 'not guest').
+    thing at compile level: 4 small patches on top of the project's 6.1
+    series, the 3rd does not compile; `pipelines/bisect N N+4 --check build`
+    runs kernel/build (container, ccache, under flock
+    /tmp/pmlab-kernel-build.lock) per step in build/bisect-test and must name
+    the 3rd patch. On top of the series, not of the pristine tree, so the
+    steps compile what the project's own build compiled: ccache has it (on
+    the pristine tree a fresh machine compiled the whole kernel once more,
+    ~9 min). Marked `guest` (the slow class: deselect with -m 'not guest').
 """
 
 import difflib
@@ -30,6 +31,7 @@ from pipelines import bisect as bisect_mod  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 SOURCE = os.path.join(REPO, "build", "src", "linux")
+PATCHES = os.path.join(REPO, "kernel", "patches", "6.1")
 
 
 def _series(directory, patches):
@@ -82,15 +84,23 @@ def test_bisect_names_first_bad_patch_with_check_cmd(tmp_path, broken):
     assert f"first bad patch: {names[broken - 1]}" in result.stdout
 
 
+def test_bisect_from_a_later_good_point_checks_out_every_patch_of_each_prefix(tmp_path):
+    """GOOD past the first patch: each step's checkout must still hold the
+    patches before GOOD, which its series lists (kernel/build applies them
+    all). The check aborts the bisection (128) when one is missing."""
+    names = [f"{i:04d}-{'broken' if i == 6 else 'fine'}-{i}.patch" for i in range(1, 9)]
+    _series(str(tmp_path / "patches"), [(name, f"{name}\n") for name in names])
+    every_file = "for p in $(grep -v '^#' series); do [ -f \"$p\" ] || exit 128; done"
+    result = _bisect("3", "8", "--series-dir", str(tmp_path / "patches"),
+                     "--check-cmd", f"{every_file}; ! grep -q broken series")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"first bad patch: {names[5]}" in result.stdout
+
+
 def test_bisect_rejects_bad_input(tmp_path):
     _series(str(tmp_path / "patches"), [("0001-a.patch", "a\n"), ("0002-b.patch", "b\n")])
     assert _bisect("2", "1", "--series-dir", str(tmp_path / "patches"), "--check-cmd", "true").returncode == 2
     assert _bisect("0", "9", "--series-dir", str(tmp_path / "patches"), "--check-cmd", "true").returncode == 2
-
-
-def _pristine(path):
-    return subprocess.run(["git", "-C", SOURCE, "show", f"pristine:{path}"], capture_output=True, text=True,
-                          check=True).stdout
 
 
 def _diff(path, before, after):
@@ -106,10 +116,26 @@ def _insert_after_includes(text, line):
     return "".join(rows[:last + 1] + [line] + rows[last + 1:])
 
 
-def throwaway_kernel_series(directory):
-    """4 patches on the pristine tree; the 3rd does not compile."""
+def _patched(paths, index):
+    """The files as the project's series leaves them (applied in a scratch index)."""
+    env = dict(os.environ, GIT_INDEX_FILE=str(index))
+    subprocess.run(["git", "-C", SOURCE, "read-tree", "pristine"], env=env, check=True)
+    for name in series_names(PATCHES):
+        subprocess.run(["git", "-C", SOURCE, "apply", "--cached", os.path.join(PATCHES, name)], env=env, check=True)
+    return {path: subprocess.run(["git", "-C", SOURCE, "show", f":{path}"], env=env, capture_output=True,
+                                 text=True, check=True).stdout for path in paths}
+
+
+def series_names(directory):
+    with open(os.path.join(directory, "series")) as listing:
+        return [line.strip() for line in listing if line.strip() and not line.startswith("#")]
+
+
+def throwaway_kernel_series(directory, index):
+    """The project's series, then 4 patches; the 3rd of those does not compile.
+    Returns the names of the 4."""
     main, suspend, process = "kernel/power/main.c", "kernel/power/suspend.c", "kernel/power/process.c"
-    state = {path: _pristine(path) for path in (main, suspend, process)}
+    state = _patched((main, suspend, process), index)
     patches = []
 
     def change(name, path, line):
@@ -123,7 +149,8 @@ def throwaway_kernel_series(directory):
     change("0003-PM-process-does-not-compile.patch", process,
            "static int pmlab_bisect_broken __maybe_unused = pmlab_no_such_symbol;\n")
     change("0004-PM-main-harmless-comment-again.patch", main, "/* pmlab bisect test: harmless 4 */\n")
-    _series(directory, patches)
+    project = [(name, open(os.path.join(PATCHES, name)).read()) for name in series_names(PATCHES)]
+    _series(directory, project + patches)
     return [name for name, _ in patches]
 
 
@@ -132,16 +159,16 @@ def throwaway_kernel_series(directory):
 def test_bisect_kernel_build_names_patch_that_does_not_compile(tmp_path):
     if not os.path.isdir(os.path.join(SOURCE, ".git")):
         pytest.fail("build/src/linux missing: run kernel/build once first", pytrace=False)
-    names = throwaway_kernel_series(str(tmp_path / "patches"))
-    # Each patch applies on its predecessors (what kernel/build will do).
     index = tmp_path / "index"
+    names = throwaway_kernel_series(str(tmp_path / "patches"), index)
+    # Each of the 4 applies on the series (the index holds it), as kernel/build will apply it.
     env = dict(os.environ, GIT_INDEX_FILE=str(index))
-    subprocess.run(["git", "-C", SOURCE, "read-tree", "pristine"], env=env, check=True)
     for name in names:
         subprocess.run(["git", "-C", SOURCE, "apply", "--cached", str(tmp_path / "patches" / name)],
                        env=env, check=True)
+    good = len(series_names(PATCHES))
     started = time.monotonic()
-    result = _bisect("0", "4", "--check", "build", "--series-dir", str(tmp_path / "patches"),
+    result = _bisect(str(good), str(good + len(names)), "--check", "build", "--series-dir", str(tmp_path / "patches"),
                      "--build-dir", os.path.join(REPO, "build", "bisect-test"))
     seconds = time.monotonic() - started
     print(result.stdout[-4000:], result.stderr[-2000:], f"bisect took {seconds:.0f} s", sep="\n")
