@@ -43,26 +43,13 @@
 #include <sys/klog.h>
 #include <unistd.h>
 
+#include "pmlab-write.h"
+
 #define TRACING "/sys/kernel/tracing"
 #define PAGE_BYTES 4096
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static char buffer[1 << 20];
-
-static int write_all(const char *data, size_t size)
-{
-	while (size) {
-		ssize_t done = write(STDOUT_FILENO, data, size);
-
-		if (done < 0 && errno == EINTR)
-			continue;
-		if (done <= 0)
-			return -1;
-		data += done;
-		size -= done;
-	}
-	return 0;
-}
 
 /* The whole of a small tracefs file, or -1. */
 static ssize_t read_file(const char *path, char *data, size_t room)

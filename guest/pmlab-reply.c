@@ -14,20 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int write_all(const char *data, size_t size)
-{
-	while (size) {
-		ssize_t done = write(STDOUT_FILENO, data, size);
-
-		if (done < 0 && errno == EINTR)
-			continue;
-		if (done <= 0)
-			return -1;
-		data += done;
-		size -= done;
-	}
-	return 0;
-}
+#include "pmlab-write.h"
 
 int main(int argc, char **argv)
 {
