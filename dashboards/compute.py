@@ -207,54 +207,97 @@ def failures(cycles):
     return {"total": len(failed), "shown": len(rows), "cycles": rows}
 
 
+# Records of one callback layout are counted together, LATENCY_BATCH at a
+# time: their durations as columns, one a callback, counted and searched by
+# C code (Counter.update, max, index) instead of a Python step per value.
+LATENCY_BATCH = 256
+
+
+class _LayoutBatch:
+    """The records of one callback layout waiting to be counted."""
+
+    def __init__(self, calls, keys):
+        self.calls = calls  # kept alive, so the id it is found by stays unique
+        self.keys = keys    # per callback row, its key index
+        self.durations = []
+        self.at = []        # per record, (run_id, cycle)
+
+    def count(self, us, max_at):
+        """Add the waiting records to us {key index: Counter of
+        microseconds} and max_at {key index: [us, run_id, cycle]}."""
+        if len(self.durations) == 1:  # a layout of its own (older records): a column each is dearer
+            columns = ((value,) for value in self.durations[0])
+        else:
+            columns = zip(*self.durations)
+        for key, column in zip(self.keys, columns):
+            counter = us.get(key)
+            if counter is None:
+                counter = us[key] = collections.Counter()
+            counter.update(column)
+            slowest = _slowest_in(column)
+            if slowest is not None:
+                top, row = slowest
+                held = max_at.get(key)
+                if held is None or top >= held[0]:
+                    max_at[key] = _slower(held, [top, *self.at[row]])
+        self.durations, self.at = [], []
+
+
+def _slowest_in(column):
+    """(largest finite duration, index of its first occurrence) of a column,
+    or None when it has no finite one (None: a call that never returned)."""
+    try:
+        top = max(column)
+        finite = math.isfinite(sum(column))
+    except TypeError:  # a None
+        finite = False
+    if not finite:
+        values = [value for value in column if value is not None and math.isfinite(value)]
+        if not values:
+            return None
+        top = max(values)
+    return top, column.index(top)
+
+
+def _run_and_cycle(record):
+    return (record.get("run_id") or "", record.get("cycle"))
+
+
 def latency_counts(raw_records):
     """The callback latencies of raw records, mergeable: {"us": Counter of
     ((device, phase), microseconds or None), "errors": Counter of (device,
-    phase), "drivers": {device: set}}. Counting values instead of listing
+    phase), "drivers": {device: set}, "max_at": {(device, phase): [us,
+    run_id, cycle] of its slowest call}}. Counting values instead of listing
     them keeps the exact percentiles and is small (most callbacks take a few
-    microseconds)."""
-    counted, errors, drivers = collections.Counter(), collections.Counter(), {}
-    max_at = {}     # key index -> [us, run_id, cycle] of its slowest call
+    microseconds). Records are taken in (run, cycle) order, so a column's
+    first maximum is its earliest cycle's, as _slower() wants."""
+    us, errors, drivers, max_at = {}, collections.Counter(), {}, {}
     key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
-    layouts = {}    # id(calls) -> (calls, key index per row, per row [us, run_id, cycle] of its slowest);
-                    # calls kept alive so ids stay unique
-    for record in raw_records:
+    batches = {}    # id(calls) -> _LayoutBatch; version 3 records share a few layouts
+    for record in sorted(raw_records, key=_run_and_cycle):
         calls, durations, failed = records.callback_columns(record)
-        layout = layouts.get(id(calls))
-        if layout is None:
-            rows = tuple(key_index.setdefault((device, buckets.callback_phase(cb)), len(key_index))
-                         for device, cb, _ in calls)
-            layout = (calls, rows, [None] * len(rows))
-            if len(layouts) < 256:  # version 3 shares a few; older records each have their own
-                layouts[id(calls)] = layout
+        batch = batches.get(id(calls))
+        if batch is None:
+            batch = _LayoutBatch(calls, tuple(key_index.setdefault((device, buckets.callback_phase(cb)),
+                                                                   len(key_index))
+                                              for device, cb, _ in calls))
+            if len(batches) < 256:  # older records each have their own: counted at once below
+                batches[id(calls)] = batch
             for device, _, driver in calls:
                 if driver:
                     drivers.setdefault(device, set()).add(driver)
-        counted.update(zip(layout[1], durations))
-        errors.update(layout[1][row] for row in failed)
-        # the slowest call per row: a comprehension finds the few rows a
-        # record beats, so a shared layout costs little per record
-        slowest = layout[2]
-        at = (record.get("run_id") or "", record.get("cycle"))
-        for row in [row for row, (value, held) in enumerate(zip(durations, slowest))
-                    if value is not None and math.isfinite(value) and (held is None or value >= held[0])]:
-            slowest[row] = _slower(slowest[row], [durations[row], *at])
-        if layouts.get(id(calls)) is not layout:  # not kept: fold it in now
-            _fold_slowest(max_at, layout)
-    for layout in layouts.values():
-        _fold_slowest(max_at, layout)
+        errors.update(batch.keys[row] for row in failed)
+        batch.durations.append(durations)
+        batch.at.append(_run_and_cycle(record))
+        if len(batch.durations) >= LATENCY_BATCH or batches.get(id(calls)) is not batch:
+            batch.count(us, max_at)
+    for batch in batches.values():
+        batch.count(us, max_at)
     names = list(key_index)
-    us = collections.Counter()
-    for (index, value), n in counted.items():
-        us[(names[index], value)] += n
-    return {"us": us, "errors": collections.Counter({names[index]: n for index, n in errors.items()}),
+    return {"us": collections.Counter({(names[index], value): n
+                                       for index, counter in us.items() for value, n in counter.items()}),
+            "errors": collections.Counter({names[index]: n for index, n in errors.items()}),
             "drivers": drivers, "max_at": {names[index]: held for index, held in max_at.items()}}
-
-
-def _fold_slowest(max_at, layout):
-    for index, held in zip(layout[1], layout[2]):
-        if held is not None:
-            max_at[index] = _slower(max_at.get(index), held)
 
 
 def _slower(held, candidate):

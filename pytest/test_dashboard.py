@@ -7,6 +7,7 @@ thing changed per test, and small synthetic records for host time and the
 harness's memory.
 """
 
+import collections
 import copy
 import json
 import math
@@ -302,6 +303,53 @@ def test_version3_run_without_its_shared_file_is_reported(recorded, tmp_path):
     assert dashboard["inputs"]["cycles"] == len(recorded)
     assert any("shared.jsonl" in error["message"] for error in dashboard["input_errors"])
     assert dashboard["latency"]["devices"] == {}
+
+
+def test_latency_counts_in_batches_equal_a_count_of_every_call(recorded, monkeypatch):
+    """latency_counts counts a layout's records in batches of columns; that
+    must equal counting every call one by one, in any record order: a tie for
+    the slowest goes to the earliest (run, cycle), None and NaN are unfinished."""
+    template = by_cycle(recorded, 1)
+    device = "pmtest_full.3 (pmtest_full)"
+    variants = []
+    for run_id in ("night-a", "night-b"):
+        for number in range(1, 8):
+            record = copy.deepcopy(template)
+            record.update(run_id=run_id, cycle=number)
+            calls = record["callbacks"][device]
+            calls[0]["us"] = 999.0                     # the same slowest in every record
+            calls[1]["us"] = float(number % 3)         # ties below the top
+            # cycle 5 is the slowest, in a batch (of 3) that a NaN starts:
+            # max() of it would be the NaN
+            calls[2]["us"] = {2: None, 4: float("nan"), 5: 50.0}.get(number, float(number))
+            if number == 2:
+                calls[2]["err"] = None                 # never returned
+            variants.append(record)
+    expected_us, expected_max = collections.Counter(), {}
+    for record in variants:
+        for name, calls in record["callbacks"].items():
+            for call in calls:
+                key = (name, buckets.callback_phase(call["cb"]))
+                value = call["us"]
+                expected_us[(key, "nan" if value != value else value)] += 1
+                if value is not None and math.isfinite(value):
+                    held = expected_max.get(key)
+                    candidate = [value, record["run_id"], record["cycle"]]
+                    if held is None or (-value, candidate[1:]) < (-held[0], held[1:]):
+                        expected_max[key] = candidate
+    compact = testing.version3(variants)
+    monkeypatch.setattr(compute, "LATENCY_BATCH", 3)
+    for seed in (1, 2):
+        random.Random(seed).shuffle(compact)
+        counted = compute.latency_counts(compact)
+        got_us = collections.Counter()
+        for (key, value), n in counted["us"].items():
+            got_us[(key, "nan" if value != value else value)] += n
+        assert got_us == expected_us
+        assert counted["max_at"] == expected_max
+    phase = [buckets.callback_phase(call["cb"]) for call in template["callbacks"][device]]
+    assert expected_max[(device, phase[0])] == [999.0, "night-a", 1]
+    assert expected_max[(device, phase[2])] == [50.0, "night-a", 5]
 
 
 def test_unfinished_callback_is_counted(recorded, tmp_path):
