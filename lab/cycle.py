@@ -77,7 +77,8 @@ class Hang(Exception):
 class Cycle:
     """State of one cycle while it runs."""
 
-    def __init__(self, guest, mode, number, watchdogs, knobs=()):
+    def __init__(self, guest, mode, number, watchdogs, knobs=(), started=None):
+        self.started = started or time.time()  # the record's host_start: host_phases' "start"
         self.guest = guest
         self.mode = mode
         self.number = number
@@ -123,9 +124,7 @@ class Cycle:
         if self.guest.agent.first_data:  # splits the guest's work from the transfer
             self.timeline.append(["report-started", round(self.guest.agent.first_data, 3)])
         self.note("report")
-        if reply.data:  # the trace pages rendered as text, the form every reader takes
-            reply = replace(reply, output=guest_report.from_bytes(reply.data))
-        return reply
+        return reply  # its trace pages are rendered when it is judged (DrivenCycle.finish)
 
     def not_running(self):
         """The guest cannot answer any more: its domain is gone or its kernel
@@ -377,6 +376,63 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, 
     "guest_usable" is False when the guest must be replaced (hang, lab error).
     A cycle that did not pass (or every cycle, with sleepgraph_files) also gets
     the two files Intel's sleepgraph reads (lab/sleepgraph.py)."""
+    return drive_cycle(guest, mode, number, rundir, watchdogs, knobs, meta).finish(sleepgraph_files)
+
+
+class DrivenCycle:
+    """A cycle whose guest part is over: its record so far and what judging
+    it needs, taken from the guest before the next cycle starts. finish()
+    may then run in another thread while the guest runs the next cycle
+    (lab.session.Session.cycles); it touches the run directory, not the guest."""
+
+    def __init__(self, rundir, record, cycle, reply, events, evidence, boot_id, console_file_error):
+        self.rundir = rundir
+        self.record = record
+        self.cycle = cycle
+        self.reply = reply
+        self.events = events
+        self.evidence = evidence
+        self.boot_id = boot_id
+        self.console_file_error = console_file_error
+
+    @property
+    def guest_usable(self):
+        """What the drive alone says; judging can still say no (an `error`)."""
+        return self.record["guest_usable"]
+
+    def finish(self, sleepgraph_files=False):
+        """Judge (unless the drive already gave the verdict), keep the
+        evidence by the run's policy and append the final record."""
+        record, reply, rundir = self.record, self.reply, self.rundir
+        if "verdict" not in record:
+            if reply is not None and reply.data:  # the trace pages as text, the form every reader takes
+                reply = replace(reply, output=guest_report.from_bytes(reply.data))
+                self.cycle.note("rendered")
+            record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
+                                      self.cycle.token, self.boot_id))
+            if record["verdict"] == "error":
+                record["guest_usable"] = False
+            if reply is not None and (sleepgraph_files or record["verdict"] != "pass"):
+                try:
+                    record.update(sleepgraph.write_files(rundir, record, reply.output))
+                except sleepgraph.SleepgraphError as error:  # e.g. a guest image without the dmesg section
+                    record["sleepgraph_error"] = str(error)
+        keep_evidence(rundir, record, reply.output if reply is not None else None, self.evidence)
+        if self.console_file_error:
+            record["console_file_error"] = self.console_file_error
+        self.cycle.note("judged")
+        record["host_phases"] = host_phases(self.cycle.started, self.cycle.timeline)
+        record["harness_rss_kib"] = rss_kib()
+        record["harness_pid"] = os.getpid()
+        rundir.append(record)
+        return record
+
+
+def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None):
+    """Append the cycle's started record, drive it and take from the guest
+    what judging needs. A hang or lab error gets its verdict here (its
+    evidence is the guest's state, gone once the guest is destroyed); the
+    rest is DrivenCycle.finish()'s. Returns the DrivenCycle."""
     watchdogs = watchdogs or Watchdogs()
     started = time.time()
     record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "started",
@@ -387,7 +443,7 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, 
     record.update(meta or {})
     rundir.append(record)
 
-    cycle = Cycle(guest, mode, number, watchdogs, knobs)
+    cycle = Cycle(guest, mode, number, watchdogs, knobs, started)
     reply, hang, lab_error = None, None, None
     try:
         reply = cycle.drive()
@@ -448,23 +504,10 @@ def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, 
     elif "verdict" not in record:
         if reply is not None:
             record["report_status"] = reply.status
-        record.update(judge_reply(mode, reply, events, evidence, cycle.timeline, cycle.token, guest.boot_id))
-        if record["verdict"] == "error" or not guest.running() or reply is None:
+        # what makes the cycle an `error` (judge()) or ends the guest, known now
+        if reply is None or reply.status != 0 or not guest.running():
             record["guest_usable"] = False
-        if reply is not None and (sleepgraph_files or record["verdict"] != "pass"):
-            try:
-                record.update(sleepgraph.write_files(rundir, record, reply.output))
-            except sleepgraph.SleepgraphError as error:  # e.g. a guest image without the dmesg section
-                record["sleepgraph_error"] = str(error)
-    keep_evidence(rundir, record, reply.output if reply is not None else None, evidence)
-    if guest.console.file_error:
-        record["console_file_error"] = guest.console.file_error
-    cycle.note("judged")
-    record["host_phases"] = host_phases(started, cycle.timeline)
-    record["harness_rss_kib"] = rss_kib()
-    record["harness_pid"] = os.getpid()
-    rundir.append(record)
-    return record
+    return DrivenCycle(rundir, record, cycle, reply, events, evidence, guest.boot_id, guest.console.file_error)
 
 
 def keep_evidence(rundir, record, report, evidence):

@@ -100,6 +100,15 @@ def describe_plan(plan):
             + ", ".join(f"{key} x{count}" for key, count in totals.items()))
 
 
+def numbered(plan):
+    """(mode, count) items -> (cycle number from 1, mode), one a cycle."""
+    number = 0
+    for mode, count in plan:
+        for _ in range(count):
+            number += 1
+            yield number, mode
+
+
 def describe(record):
     text = f"cycle {record['cycle']:>3} {record['mode']}/{record['wake']}: {record['verdict'].upper()}"
     text += f" {record.get('host_seconds', 0):.2f}s"
@@ -133,21 +142,21 @@ def main(argv=None):
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
                       args.memory, args.vcpus, connection=connection, sleepgraph_files=args.sleepgraph,
                       pmtest_tree=args.pmtest_tree)
-    number = 0
     rss_start = rss_kib()
+    last = 0
     try:
-        for mode, count in plan:
-            for _ in range(count):
-                number += 1
-                record = session.cycle(mode, number, injections.get(number, ()))
-                print(describe(record), flush=True)
+        # each cycle judged while the next one runs (Session.cycles)
+        for record in session.cycles((mode, number, injections.get(number, ()), "pass")
+                                     for number, mode in numbered(plan)):
+            last = record["cycle"]
+            print(describe(record), flush=True)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     except ResultsWriteError as error:
         # Stop: a cycle that cannot be recorded must not run. Every line
         # already in cycles.jsonl is whole; the cycle in flight keeps its
         # "started" line (a rerun closes it as interrupted).
-        print(f"lab.run: stopping at cycle {number}: {error}", file=sys.stderr)
+        print(f"lab.run: stopping after cycle {last}: {error}", file=sys.stderr)
         return 2
     finally:
         session.close()

@@ -3,11 +3,12 @@ leaves it unusable (hang, lab error, failed restore). Used by lab.run and by
 the pytest fixtures (one Session per xdist worker)."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import libvirt
 
 from lab import options, virt
-from lab.cycle import Watchdogs, release_free_memory, run_cycle
+from lab.cycle import Watchdogs, drive_cycle, release_free_memory
 from lab.guest import Guest, GuestError
 from lab.records import iso
 
@@ -77,6 +78,41 @@ class Session:
     def cycle(self, mode, number, knobs=(), expect="pass"):
         """Run cycle `number`; always returns its final record. `expect`: the
         verdict the caller provoked on purpose (recorded, used by the summary)."""
+        driven = self._drive(mode, number, knobs, expect)
+        if isinstance(driven, dict):
+            return driven
+        return self._finished(driven.finish(self.sleepgraph_files))
+
+    def cycles(self, plan):
+        """Run the cycles of plan, an iterable of (mode, number, knobs,
+        expect), judging each in a thread of its own while the guest runs
+        the next: what judging needs is taken from the guest when its drive
+        ends (lab.cycle.DrivenCycle), so the host's rendering, judging and
+        records leave a cycle's critical path. Yields the final records in
+        plan order. What the drive alone says (a hang, no report, a failed
+        script) still replaces the guest before the next cycle; a verdict
+        `error` found by judging (trace pages it cannot decode, an exception
+        of the judge's) replaces it one cycle later. A record that cannot be
+        written (ResultsWriteError) is raised here and stops the run."""
+        pending = None  # the Future of the cycle being judged
+        # leaving the block, by an exception too, waits for that judging:
+        # a cycle driven is recorded whatever stops the run
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judge:
+            for mode, number, knobs, expect in plan:
+                driven = self._drive(mode, number, knobs, expect)
+                if pending is not None:
+                    previous, pending = pending, None
+                    yield self._finished(previous.result())
+                if isinstance(driven, dict):  # no guest to drive it on: final already
+                    yield self._finished(driven)
+                else:
+                    pending = judge.submit(driven.finish, self.sleepgraph_files)
+            if pending is not None:
+                yield self._finished(pending.result())
+
+    def _drive(self, mode, number, knobs, expect):
+        """Boot a guest if there is none, then drive the cycle: its
+        DrivenCycle, or the final record of a cycle that got no guest."""
         if self.guest is None:
             started = time.time()
             try:
@@ -96,13 +132,19 @@ class Session:
                 return record
         meta = self._meta()
         meta["expected_verdict"] = expect
-        record = run_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta,
-                           self.sleepgraph_files)
-        if not record.get("guest_usable", True):
+        driven = drive_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta)
+        if not driven.guest_usable:
             self._drop_guest()
         self.cycles_run += 1
         if self.cycles_run % TRIM_EVERY == 0:
             release_free_memory()
+        return driven
+
+    def _finished(self, record):
+        """A final record: a guest its judging found unusable is replaced."""
+        if not record.get("guest_usable", True) and self.guest is not None \
+                and self.guest.name == record.get("guest"):
+            self._drop_guest()
         return record
 
     def _drop_guest(self):

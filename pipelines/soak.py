@@ -200,15 +200,35 @@ def cycle_wall(record):
     return record.get("host_seconds")
 
 
+def guest_seconds(records):
+    """{id(record): seconds} the cycle held its guest: from its start to the
+    start of the next cycle on the same guest, so judging that ran beside the
+    next cycle (lab.session.Session.cycles) is not counted twice and the
+    guest's own work between cycles is; the last cycle of a guest, whose
+    successor is not known, counts cycle_wall()."""
+    by_guest = {}
+    for record in records:
+        if record.get("guest") and record.get("host_start"):
+            by_guest.setdefault(record["guest"], []).append((_epoch(record["host_start"]), record))
+    out = {}
+    for group in by_guest.values():
+        group.sort(key=lambda item: item[0])
+        for (start, record), (next_start, _) in zip(group, group[1:]):
+            out[id(record)] = next_start - start
+        out[id(group[-1][1])] = cycle_wall(group[-1][1])
+    return out
+
+
 def numbers(records, shards_records):
     """The soak's numbers from its merged records and each shard's records."""
     out = {"cycles": len(records), "modes": {}, "failed": []}
+    held = guest_seconds(records)
     for mode in sorted({r["mode"] for r in records}):
         group = [r for r in records if r["mode"] == mode]
         verdicts = {}
         for record in group:
             verdicts[state_of(record)] = verdicts.get(state_of(record), 0) + 1
-        walls = [w for w in (cycle_wall(r) for r in group if r.get("verdict") == "pass") if w]
+        walls = [w for w in (held.get(id(r), cycle_wall(r)) for r in group if r.get("verdict") == "pass") if w]
         phases = {}
         for record in group:
             if record.get("verdict") == "pass":

@@ -60,6 +60,18 @@ def test_numbers_rates_walls_and_rss_per_process():
                                     "guest 2": {"cycles": 2, "wall_seconds": 5, "cycles_per_hour": 1440}}
 
 
+def test_a_cycle_judged_beside_the_next_counts_the_time_it_held_its_guest():
+    """lab.run judges a cycle while the guest runs the next (Session.cycles):
+    each record's host_phases (start to judged) then overlaps the next
+    cycle's, and summing them would undercount the guest's cycles per hour."""
+    guest = [dict(_record(n, start=1.5 * (n - 1)), guest="pmlab-soak-w0-1") for n in (1, 2, 3)]
+    other = [dict(_record(4, start=100), guest="pmlab-soak-w0-2")]  # a new boot: its own guest
+    mem = soak.numbers(guest + other, [guest + other])["modes"]["mem"]
+    # 1.5 s from each start to the next on the same guest; the last of each guest: its host_phases (2.0)
+    assert mem["mean_cycle_seconds"] == round((1.5 + 1.5 + 2.0 + 2.0) / 4, 3)
+    assert mem["cycles_per_hour_per_guest"] == round(3600 / ((1.5 + 1.5 + 2.0 + 2.0) / 4))
+
+
 def test_per_worker_numbers_of_one_lava_run_group_by_the_records_worker():
     run = [dict(_record(n, start=10 * (n // 2), seconds=8), worker=f"pmlab-w{1 + n % 2}", engine="lava") for n in range(1, 7)]
     per_worker = soak.numbers(run, [run])["per_worker"]

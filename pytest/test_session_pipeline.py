@@ -1,0 +1,123 @@
+"""lab.session.Session.cycles: each cycle judged in a thread while the guest
+runs the next one (unit level: the order of drives, judgings and records;
+the live guests of test_cycles.py and test_soak.py run it through lab.run).
+
+The stand-ins are lab.cycle.drive_cycle and DrivenCycle.finish, which only
+log what happens when; the Session, its thread and its guest bookkeeping
+are the real ones.
+"""
+
+import threading
+import time
+
+import pytest
+
+from lab import modes, session as session_module
+from lab.records import ResultsWriteError
+from lab.session import Session
+
+MEM = modes.parse_mode("mem")
+
+
+class Guest:
+    def __init__(self, name):
+        self.name = name
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class Connection:
+    uri = "test:///default"
+
+    def alive(self):
+        return True
+
+
+class RunDir:
+    run_id = "pipeline"
+
+
+class Driven:
+    """A driven cycle whose judging takes `judge_seconds` and may fail."""
+
+    def __init__(self, log, number, guest, judge_seconds, verdict="pass", write_error=False):
+        self.log, self.number, self.guest = log, number, guest
+        self.judge_seconds, self.verdict, self.write_error = judge_seconds, verdict, write_error
+        self.guest_usable = True
+
+    def finish(self, sleepgraph_files=False):
+        self.log.append(("judge-start", self.number, threading.current_thread().name))
+        time.sleep(self.judge_seconds)
+        if self.write_error:
+            raise ResultsWriteError(f"cannot write cycles.jsonl: cycle {self.number}")
+        self.log.append(("recorded", self.number))
+        return {"cycle": self.number, "verdict": self.verdict, "guest": self.guest.name,
+                "guest_usable": self.verdict != "error"}
+
+
+def pipeline(monkeypatch, judge_seconds=0.05, drive_seconds=0.05, verdicts=None, write_error_at=None,
+             interrupt_at=None):
+    log, guests = [], []
+
+    def new_guest(self):
+        guests.append(Guest(f"guest-{len(guests) + 1}"))
+        return guests[-1]
+
+    def drive_cycle(guest, mode, number, rundir, watchdogs, knobs, meta):
+        log.append(("drive-start", number, guest.name))
+        if number == interrupt_at:
+            raise KeyboardInterrupt
+        time.sleep(drive_seconds)
+        log.append(("drive-end", number))
+        return Driven(log, number, guest, judge_seconds, (verdicts or {}).get(number, "pass"),
+                      number == write_error_at)
+
+    monkeypatch.setattr(session_module, "drive_cycle", drive_cycle)
+    monkeypatch.setattr(Session, "_new_guest", new_guest)
+    session = Session(artifacts=None, rundir=RunDir(), connection=Connection())
+    session.artifacts = type("Artifacts", (), {"manifest": {}, "directory": "", "modules": []})()
+    return session, log, guests
+
+
+def test_each_cycle_is_judged_while_the_next_one_runs(monkeypatch):
+    session, log, _ = pipeline(monkeypatch)
+    started = time.monotonic()
+    records = list(session.cycles((MEM, n, (), "pass") for n in range(1, 6)))
+    elapsed = time.monotonic() - started
+    assert [r["cycle"] for r in records] == [1, 2, 3, 4, 5]
+    # judging N begins before the drive of N+1 ends, in another thread
+    for number in range(1, 5):
+        assert log.index(("judge-start", number, "judge_0")) < log.index(("drive-end", number + 1))
+    # 5 drives of 0.05 s and the last judging, not 5 + 5 steps of 0.05 s
+    assert elapsed < 0.45
+
+
+def test_a_judging_that_finds_an_error_replaces_the_guest_after_the_next_cycle(monkeypatch):
+    session, log, guests = pipeline(monkeypatch, verdicts={2: "error"})
+    records = list(session.cycles((MEM, n, (), "pass") for n in range(1, 6)))
+    assert [r["verdict"] for r in records] == ["pass", "error", "pass", "pass", "pass"]
+    drives = {number: guest for kind, number, *rest in log if kind == "drive-start" for guest in rest}
+    assert drives == {1: "guest-1", 2: "guest-1", 3: "guest-1", 4: "guest-2", 5: "guest-2"}
+    assert guests[0].closed and not guests[1].closed
+
+
+def test_a_record_that_cannot_be_written_stops_the_run(monkeypatch):
+    session, log, _ = pipeline(monkeypatch, write_error_at=2)
+    seen = []
+    with pytest.raises(ResultsWriteError, match="cycle 2"):
+        for record in session.cycles((MEM, n, (), "pass") for n in range(1, 8)):
+            seen.append(record["cycle"])
+    assert seen == [1]
+    assert max(number for kind, number, *_ in log if kind == "drive-start") == 3  # in flight at the error
+
+
+def test_an_interrupt_still_records_the_cycle_being_judged(monkeypatch):
+    session, log, _ = pipeline(monkeypatch, judge_seconds=0.2, interrupt_at=3)
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        for record in session.cycles((MEM, n, (), "pass") for n in range(1, 8)):
+            seen.append(record["cycle"])
+    assert seen == [1]
+    assert ("recorded", 2) in log  # driven before the interrupt: judged and written all the same
