@@ -144,10 +144,10 @@ def main(argv=None):
                       pmtest_tree=args.pmtest_tree)
     rss_start = rss_kib()
     last = 0
+    # each cycle judged while the next one runs (Session.cycles)
+    records = session.cycles((mode, number, injections.get(number, ()), "pass") for number, mode in numbered(plan))
     try:
-        # each cycle judged while the next one runs (Session.cycles)
-        for record in session.cycles((mode, number, injections.get(number, ()), "pass")
-                                     for number, mode in numbered(plan)):
+        for record in records:
             last = record["cycle"]
             print(describe(record), flush=True)
     except KeyboardInterrupt:
@@ -159,6 +159,7 @@ def main(argv=None):
         print(f"lab.run: stopping after cycle {last}: {error}", file=sys.stderr)
         return 2
     finally:
+        records.close()  # an interrupt between two records: the cycle being judged is recorded first
         session.close()
     try:
         summary = rundir.write_summary({"boot_seconds": session.boot_seconds,

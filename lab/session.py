@@ -95,18 +95,19 @@ class Session:
         of the judge's) replaces it one cycle later. A record that cannot be
         written (ResultsWriteError) is raised here and stops the run."""
         pending = None  # the Future of the cycle being judged
-        # leaving the block, by an exception too, waits for that judging:
-        # a cycle driven is recorded whatever stops the run
+        # Leaving the block, by an exception or close() too, waits for the
+        # judgings submitted: a cycle driven is recorded whatever stops the
+        # run. One worker: they finish in plan order.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judge:
             for mode, number, knobs, expect in plan:
                 driven = self._drive(mode, number, knobs, expect)
-                if pending is not None:
-                    previous, pending = pending, None
+                previous, pending = pending, None
+                if not isinstance(driven, dict):  # submitted before the previous record is handed out
+                    pending = judge.submit(driven.finish, self.sleepgraph_files)
+                if previous is not None:
                     yield self._finished(previous.result())
                 if isinstance(driven, dict):  # no guest to drive it on: final already
                     yield self._finished(driven)
-                else:
-                    pending = judge.submit(driven.finish, self.sleepgraph_files)
             if pending is not None:
                 yield self._finished(pending.result())
 

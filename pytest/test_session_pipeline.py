@@ -121,3 +121,14 @@ def test_an_interrupt_still_records_the_cycle_being_judged(monkeypatch):
             seen.append(record["cycle"])
     assert seen == [1]
     assert ("recorded", 2) in log  # driven before the interrupt: judged and written all the same
+
+
+def test_closing_the_run_between_two_records_records_the_cycle_being_judged(monkeypatch):
+    """lab.run closes Session.cycles in its finally: an interrupt that lands
+    while it prints a record still gets the cycle being judged written."""
+    session, log, _ = pipeline(monkeypatch, judge_seconds=0.2)
+    records = session.cycles((MEM, n, (), "pass") for n in range(1, 8))
+    assert next(records)["cycle"] == 1  # cycle 2 is driven and being judged now
+    records.close()
+    assert ("recorded", 2) in log
+    assert max(number for kind, number, *_ in log if kind == "drive-start") == 2
