@@ -71,6 +71,13 @@ def _bundled_series(version):
     return candidate if os.path.isfile(os.path.join(candidate, "series")) else None
 
 
+def series_patches(series_dir):
+    """The patch names a series directory's `series` file lists, in order
+    (blank lines and # comments skipped, as kernel/tree.sh reads it)."""
+    with open(os.path.join(series_dir, "series")) as source:
+        return [line.strip() for line in source if line.strip() and not line.lstrip().startswith("#")]
+
+
 def series_hash(directory):
     """kernel/tree.sh's series_hash of a series directory (the manifest's
     series_hash): sha256 of the series file and the patches it names, 16

@@ -49,6 +49,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import kernels  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
 from pipelines.commit import smoke_as_modes  # noqa: E402
@@ -61,11 +62,6 @@ ABORT = 128
 
 class BisectError(ValueError):
     pass
-
-
-def series_patches(series_dir):
-    with open(os.path.join(series_dir, "series")) as source:
-        return [line.strip() for line in source if line.strip() and not line.lstrip().startswith("#")]
 
 
 def resolve(point, patches):
@@ -100,7 +96,7 @@ def git(repo, *argv, capture=False):
 
 def make_series_repo(series_dir, good, bad, repo):
     """One commit per prefix good..bad; returns {prefix length: sha}."""
-    patches = series_patches(series_dir)
+    patches = kernels.series_patches(series_dir)
     os.makedirs(repo)
     git(repo, "init", "-q")
     commits = {}
@@ -137,7 +133,7 @@ def step(args):
             return code
     else:
         series_dir = os.getcwd()
-        patches = series_patches(series_dir)
+        patches = kernels.series_patches(series_dir)
         last = patches[-1] if patches else "(none)"
         log(PROG, f"step: prefix of {len(patches)} patch(es), last {last}")
         if args.check_cmd:
@@ -266,7 +262,7 @@ def bisect_commits(args):
 
 def bisect(args):
     series_dir = os.path.abspath(args.series_dir)
-    patches = series_patches(series_dir)
+    patches = kernels.series_patches(series_dir)
     good, bad = resolve(args.good, patches), resolve(args.bad, patches)
     if good >= bad:
         raise BisectError(f"GOOD ({good} patches) must come before BAD ({bad} patches)")

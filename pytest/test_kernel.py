@@ -11,6 +11,7 @@ import pytest
 
 from lab import artifacts as artifacts_mod
 from lab import guest_report, modes, oracle
+from lab.kernels import series_patches
 from lab.session import Session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,8 +24,7 @@ def run(*command, env=None):
 
 
 def series(patches=PATCHES):
-    with open(os.path.join(patches, "series")) as listing:
-        return [line.strip() for line in listing if line.strip() and not line.startswith("#")]
+    return series_patches(patches)
 
 
 def test_series_is_checkpatch_clean_and_applies():

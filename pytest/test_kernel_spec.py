@@ -154,8 +154,7 @@ def test_kernel_build_names_the_patch_that_does_not_apply_and_compiles_nothing(t
         done = _kernel_build("--kernel", f"{tree}@good", "--series", os.path.join(REPO, "kernel", "patches", "6.1"),
                              tmp_path=tmp_path)
         assert done.returncode == 1, done.stderr
-        first = next(line for line in open(os.path.join(REPO, "kernel", "patches", "6.1", "series")).read().split("\n")
-                     if line.strip() and not line.startswith("#"))
+        first = kernels.series_patches(os.path.join(REPO, "kernel", "patches", "6.1"))[0]
         assert f"patch {first} does not apply to linux@{kernel.commit[:12]}" in done.stderr
         assert not os.path.exists(os.path.join(kernel.build, "out", "bzImage"))
         assert not os.listdir(os.path.join(kernel.build, "kernel"))  # no object was built

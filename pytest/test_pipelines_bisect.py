@@ -27,6 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from lab.kernels import series_patches  # noqa: E402
 from pipelines import bisect as bisect_mod  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
@@ -120,7 +121,7 @@ def _patched(paths, index):
     """The files as the project's series leaves them (applied in a scratch index)."""
     env = dict(os.environ, GIT_INDEX_FILE=str(index))
     subprocess.run(["git", "-C", SOURCE, "read-tree", "pristine"], env=env, check=True)
-    for name in bisect_mod.series_patches(PATCHES):
+    for name in series_patches(PATCHES):
         subprocess.run(["git", "-C", SOURCE, "apply", "--cached", os.path.join(PATCHES, name)], env=env, check=True)
     return {path: subprocess.run(["git", "-C", SOURCE, "show", f":{path}"], env=env, capture_output=True,
                                  text=True, check=True).stdout for path in paths}
@@ -144,7 +145,7 @@ def throwaway_kernel_series(directory, index):
     change("0003-PM-process-does-not-compile.patch", process,
            "static int pmlab_bisect_broken __maybe_unused = pmlab_no_such_symbol;\n")
     change("0004-PM-main-harmless-comment-again.patch", main, "/* pmlab bisect test: harmless 4 */\n")
-    project = [(name, open(os.path.join(PATCHES, name)).read()) for name in bisect_mod.series_patches(PATCHES)]
+    project = [(name, open(os.path.join(PATCHES, name)).read()) for name in series_patches(PATCHES)]
     _series(directory, project + patches)
     return [name for name, _ in patches]
 
@@ -161,7 +162,7 @@ def test_bisect_kernel_build_names_patch_that_does_not_compile(tmp_path):
     for name in names:
         subprocess.run(["git", "-C", SOURCE, "apply", "--cached", str(tmp_path / "patches" / name)],
                        env=env, check=True)
-    good = len(bisect_mod.series_patches(PATCHES))
+    good = len(series_patches(PATCHES))
     started = time.monotonic()
     result = _bisect(str(good), str(good + len(names)), "--check", "build", "--series-dir", str(tmp_path / "patches"),
                      "--build-dir", os.path.join(REPO, "build", "bisect-test"))

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from lab.kernels import series_patches
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATCHES_6_1 = os.path.join(REPO, "kernel", "patches", "6.1")
 PATCHES_6_12 = os.path.join(REPO, "kernel", "patches", "6.12")
@@ -21,11 +23,6 @@ CHANGED_LEGACY_DRIVERS = {
     PATCHES_6_1: ("sl811-hcd", "isp1362-hcd", "u132-hcd", "i810fb"),
     PATCHES_6_12: ("sl811-hcd", "isp1362-hcd", "i810fb"),
 }
-
-
-def series(patches):
-    with open(os.path.join(patches, "series")) as listing:
-        return [line.strip() for line in listing if line.strip() and not line.startswith("#")]
 
 
 def subject(path):
@@ -58,7 +55,7 @@ def test_cover_letter_shortlog_is_the_series(patches):
     cover_path = os.path.join(patches, "0000-cover-letter.patch")
     with open(cover_path) as source:
         cover = source.read()
-    names = series(patches)
+    names = series_patches(patches)
     assert f"00/{len(names)}]" in subject(cover_path)
     assert shortlog(cover) == [strip_prefix(subject(os.path.join(patches, name))) for name in names]
     for number, name in enumerate(names, start=1):
