@@ -225,11 +225,7 @@ class _LayoutBatch:
     def count(self, us, max_at):
         """Add the waiting records to us {key index: Counter of
         microseconds} and max_at {key index: [us, run_id, cycle]}."""
-        if len(self.durations) == 1:  # a layout of its own (older records): a column each is dearer
-            columns = ((value,) for value in self.durations[0])
-        else:
-            columns = zip(*self.durations)
-        for key, column in zip(self.keys, columns):
+        for key, column in zip(self.keys, zip(*self.durations)):
             counter = us.get(key)
             if counter is None:
                 counter = us[key] = collections.Counter()
