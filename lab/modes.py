@@ -160,3 +160,12 @@ def plan(modes=None, cycles=None, wake=None):
                            f"(--mode {GRAMMAR})")
         out.append((parse_mode(name, item_wake or wake), item_count or count or 1))
     return out
+
+
+def numbered(plan):
+    """plan() [(Mode, count)] -> (cycle number from 1, Mode), one a cycle."""
+    number = 0
+    for mode, count in plan:
+        for _ in range(count):
+            number += 1
+            yield number, mode

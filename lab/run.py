@@ -100,15 +100,6 @@ def describe_plan(plan):
             + ", ".join(f"{key} x{count}" for key, count in totals.items()))
 
 
-def numbered(plan):
-    """(mode, count) items -> (cycle number from 1, mode), one a cycle."""
-    number = 0
-    for mode, count in plan:
-        for _ in range(count):
-            number += 1
-            yield number, mode
-
-
 def describe(record):
     text = f"cycle {record['cycle']:>3} {record['mode']}/{record['wake']}: {record['verdict'].upper()}"
     text += f" {record.get('host_seconds', 0):.2f}s"
@@ -145,7 +136,7 @@ def main(argv=None):
     rss_start = rss_kib()
     last = 0
     # each cycle judged while the next one runs (Session.cycles)
-    records = session.cycles((mode, number, injections.get(number, ()), "pass") for number, mode in numbered(plan))
+    records = session.cycles((mode, number, injections.get(number, ()), "pass") for number, mode in modes_mod.numbered(plan))
     try:
         for record in records:
             last = record["cycle"]

@@ -101,13 +101,9 @@ def pytest_generate_tests(metafunc):
         plan = _plan(metafunc.config)
     except virt.LabError as error:
         raise pytest.UsageError(str(error))
-    specs, ids, number = [], [], 0
-    for mode, count in plan:
-        for _ in range(count):
-            number += 1
-            specs.append((mode, number))
-            ids.append(f"{number:03d}-{mode.name}-{mode.wake}")
-    metafunc.parametrize("cycle_spec", specs, ids=ids)
+    numbered = list(modes_mod.numbered(plan))
+    metafunc.parametrize("cycle_spec", [(mode, number) for number, mode in numbered],
+                         ids=[f"{number:03d}-{mode.name}-{mode.wake}" for number, mode in numbered])
 
 
 def artifacts_dir(config):
