@@ -205,12 +205,13 @@ def guest_seconds(records):
     start of the next cycle on the same guest, so judging that ran beside the
     next cycle (lab.session.Session.cycles) is not counted twice and the
     guest's own work between cycles is; the last cycle of a guest, whose
-    successor is not known, counts cycle_wall()."""
-    by_guest = {}
+    successor is not known, and a record naming no guest count cycle_wall()."""
+    by_guest, out = {}, {}
     for record in records:
         if record.get("guest") and record.get("host_start"):
             by_guest.setdefault(record["guest"], []).append((_epoch(record["host_start"]), record))
-    out = {}
+        else:
+            out[id(record)] = cycle_wall(record)
     for group in by_guest.values():
         group.sort(key=lambda item: item[0])
         for (start, record), (next_start, _) in zip(group, group[1:]):
@@ -228,7 +229,7 @@ def numbers(records, shards_records):
         verdicts = {}
         for record in group:
             verdicts[state_of(record)] = verdicts.get(state_of(record), 0) + 1
-        walls = [w for w in (held.get(id(r), cycle_wall(r)) for r in group if r.get("verdict") == "pass") if w]
+        walls = [w for w in (held[id(r)] for r in group if r.get("verdict") == "pass") if w]
         phases = {}
         for record in group:
             if record.get("verdict") == "pass":
