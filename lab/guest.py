@@ -6,6 +6,7 @@ start_again() brings the same guest (same disk) back so the kernel resumes
 from the image.
 """
 
+import os
 import time
 
 import libvirt
@@ -20,6 +21,13 @@ from lab.guest_agent import Agent, AgentTimeout
 BASE_CMDLINE = ("console=ttyS0,115200 no_console_suspend loglevel=8 printk.devkmsg=on "
                 "pmlab.swap=/dev/vda")
 SWAP_BYTES = 1 << 30
+# Guest.wait_idle: how long every vCPU must stay asleep before the s2idle
+# press, how often it is looked at, what a halted vCPU may still run (QEMU
+# timers touch it now and then), and how long to wait at most.
+IDLE_QUIET_SECONDS = 0.03
+IDLE_POLL_SECONDS = 0.005
+IDLE_RUN_NS = 200_000
+IDLE_TIMEOUT_SECONDS = 5.0
 CREATE_RETRY_SECONDS = 10
 
 
@@ -209,6 +217,41 @@ class Guest:
         """ACPI power button (QMP system_powerdown): wakes the guest from s2idle."""
         self.dom.shutdownFlags(libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN)
 
+    def vcpu_threads(self):
+        """QEMU's vCPU thread ids (QMP query-cpus-fast), or [] when their
+        /proc entries are not on this host (a remote libvirt)."""
+        import json
+        import libvirt_qemu
+        reply = json.loads(libvirt_qemu.qemuMonitorCommand(self.dom, '{"execute":"query-cpus-fast"}', 0))
+        threads = [cpu["thread-id"] for cpu in reply.get("return", [])]
+        return threads if all(os.path.exists(f"/proc/{tid}/schedstat") for tid in threads) else []
+
+    def wait_idle(self, quiet=IDLE_QUIET_SECONDS, timeout=IDLE_TIMEOUT_SECONDS):
+        """Wait until every vCPU thread sleeps and ran less than
+        IDLE_RUN_NS over `quiet` seconds: a halted vCPU, as in s2idle, takes
+        no host CPU, while a runnable one (a busy host's preempted vCPU) is
+        'R'. Returns how it ended: "idle", "timeout" or "unknown" (no local
+        threads to watch: `quiet` seconds were waited instead)."""
+        threads = self.vcpu_threads()
+        if not threads:
+            time.sleep(quiet)
+            return "unknown"
+        deadline = time.monotonic() + timeout
+        previous = _thread_runtimes(threads)
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(IDLE_POLL_SECONDS)
+            now = _thread_runtimes(threads)
+            if now is None:
+                return "unknown"
+            if any(ran > IDLE_RUN_NS or state != "S" for (ran, state) in
+                   ((now[t][0] - previous[t][0], now[t][1]) for t in threads)):
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet:
+                return "idle"
+            previous = now
+        return "timeout"
+
     # -------------------------------------------------------------- hangs
 
     def qemu_state(self):
@@ -258,3 +301,19 @@ class Guest:
             virt.delete_volumes(self.pool, self.volumes)
         self.connection.forget(self.name)
         self.console.close()
+
+
+def _thread_runtimes(threads):
+    """{tid: (ns run on a CPU, scheduler state letter)}, or None when a
+    thread is gone (the domain stopped)."""
+    out = {}
+    try:
+        for tid in threads:
+            with open(f"/proc/{tid}/schedstat") as schedstat:
+                ran = int(schedstat.read().split()[0])
+            with open(f"/proc/{tid}/stat") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+            out[tid] = (ran, state)
+    except (OSError, ValueError, IndexError):
+        return None
+    return out

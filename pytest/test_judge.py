@@ -56,12 +56,59 @@ def test_freeze_without_button_press_fails():
     assert rejudge("freeze", record)["verdict"] == "fail"
 
 
-def test_freeze_report_before_press_fails():
+def test_freeze_order_of_host_notes_decides_nothing():
+    """The host notes its press after the QMP call returns, so the guest's
+    report can be noted first (cycle 14 of 2026-12-06): the guest's own
+    evidence of its idle and its wake decides."""
     record = copy.deepcopy(RECORDS["freeze"])
     steps = dict(record["timeline"])
     record["timeline"] = [[s, (steps["powerbutton-sent"] - 1 if s == "report" else t)]
                           for s, t in record["timeline"]]
-    assert rejudge("freeze", record)["verdict"] == "fail"
+    assert rejudge("freeze", record)["verdict"] == "pass"
+
+
+def _freeze_report(dmesg, idled=True):
+    """The recorded freeze report with a kernel log section, and without its
+    s2idle_enter() (machine_suspend[1]) when the guest did not idle."""
+    text = report("freeze")
+    if not idled:
+        text = "\n".join(line for line in text.splitlines() if "machine_suspend[1]" not in line) + "\n"
+    return text.replace("=== end", "=== dmesg\n" + dmesg + "=== end")
+
+
+LOOP = "[    9.041001] PM: suspend-to-idle\n"
+BUTTON_WAKE = ("[    {t}] PM: Triggering wakeup from IRQ 9\n[    {t}] ACPI: PM: ACPI fixed event wakeup\n"
+               "[    9.999000] PM: resume from suspend-to-idle\n")
+
+
+def test_freeze_press_before_the_first_idle_is_a_lab_error():
+    """The 2026-12-06 race: the press ended the loop 3 ms after it began,
+    before s2idle_enter(). The kernel did what it must."""
+    result = rejudge("freeze", report_text=_freeze_report(LOOP + BUTTON_WAKE.format(t="9.044100"), idled=False))
+    assert (result["verdict"], result["phase"]) == ("error", "lab"), result["reason"]
+    assert result["reason"].startswith("power button pressed before the guest's first suspend-to-idle idle")
+    assert result["s2idle"]["idle_entries"] == 0
+
+
+def test_freeze_that_never_idled_while_the_lab_waited_fails():
+    """The same wake 1.5 s after the loop began: the guest did not idle on
+    its own, a kernel fail, not a race."""
+    result = rejudge("freeze", report_text=_freeze_report(LOOP + BUTTON_WAKE.format(t="10.544100"), idled=False))
+    assert (result["verdict"], result["phase"]) == ("fail", "sleep"), result["reason"]
+    assert "machine_suspend" in result["reason"]
+
+
+def test_freeze_woken_by_something_else_fails():
+    dmesg = LOOP + "[    9.044100] ACPI: PM: Wakeup unrelated to ACPI SCI\n"
+    result = rejudge("freeze", report_text=_freeze_report(dmesg))
+    assert (result["verdict"], result["phase"]) == ("fail", "sleep"), result["reason"]
+    assert "left s2idle before the power button woke it (ACPI: PM: Wakeup unrelated to ACPI SCI)" in result["reason"]
+
+
+def test_freeze_that_idled_and_woke_by_the_button_passes():
+    result = rejudge("freeze", report_text=_freeze_report(LOOP + BUTTON_WAKE.format(t="9.045100")))
+    assert result["verdict"] == "pass", result["reason"]
+    assert result["proof"]["idled"] and result["proof"]["woke_by_button"]
 
 
 def test_hibernation_with_other_token_fails():
