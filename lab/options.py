@@ -18,6 +18,9 @@ runs it as a process) and lab imports nothing above it.
                            cycle (default of lab.run / ./pmlab run, a short
                            run one looks at) or only those that did not pass
                            (default of nightly and soak, thousands of cycles)
+  --lab-reruns N           run a cycle the lab failed (verdict error) again,
+                           up to N times, after the plan (lab.run: 2;
+                           nightly's chunks: 0, their errors stay errors)
 """
 
 import os
@@ -165,3 +168,11 @@ def add_keep(parser, default):
     parser.add_argument("--keep", choices=("full", "failures"), default=default,
                         help="keep the full guest report and console lines of every cycle (full) or only of "
                              f"cycles that did not pass (failures; default {default})")
+
+
+def add_lab_reruns(parser, default):
+    """--lab-reruns N: lab.session.Session.cycles' reruns."""
+    parser.add_argument("--lab-reruns", type=int, default=default, metavar="N",
+                        help="run a cycle the lab failed (verdict error: a lab race, a crashed QEMU) again, "
+                             "up to N times, after the plan; the error stays recorded and counted as the "
+                             f"lab's (default {default})")

@@ -580,6 +580,21 @@ def did_as_expected(record):
     return state_of(record) == (record.get("expected_verdict") or "pass")
 
 
+def rerun_origin(record):
+    """The planned cycle a record stands for: its own number, or for a
+    rerun of a cycle the lab failed (lab.session.Session.cycles) that one's."""
+    return record.get("rerun_of", record.get("cycle"))
+
+
+def not_as_expected(records):
+    """The records a run is judged by: those that did not do as expected,
+    less a lab error whose planned cycle a rerun then got to do as expected
+    (the error is still counted, as the lab's, by verdict_counts)."""
+    settled = {rerun_origin(r) for r in records if did_as_expected(r)}
+    return [r for r in records
+            if not did_as_expected(r) and not (state_of(r) == "error" and rerun_origin(r) in settled)]
+
+
 def verdict_counts(records):
     """{state: cycles} over STATES: every cycle counted exactly once."""
     counts = dict.fromkeys(STATES, 0)
@@ -656,5 +671,6 @@ def summarize(records):
     summary["expected_non_pass"] = [
         {"cycle": r["cycle"], "verdict": r["verdict"], "phase": r.get("phase")}
         for r in records if injected(r) and did_as_expected(r)]
+    summary["reruns"] = sum(r.get("rerun_of") is not None for r in records)
     summary["written"] = iso(time.time())
     return summary

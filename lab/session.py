@@ -2,6 +2,7 @@
 leaves it unusable (hang, lab error, failed restore). Used by lab.run and by
 the pytest fixtures (one Session per xdist worker)."""
 
+import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,7 +11,7 @@ import libvirt
 from lab import options, virt
 from lab.cycle import Watchdogs, drive_cycle, release_free_memory
 from lab.guest import Guest, GuestError
-from lab.records import iso
+from lab.records import injected, iso, state_of
 
 
 # Cycles between two release_free_memory() calls (about 1 ms each).
@@ -41,6 +42,7 @@ class Session:
         self.reconnects = 0
         self.boot_seconds = []
         self.cycles_run = 0
+        self._planned = {}  # cycle number -> its plan item, until cycles() hands out its record
 
     def _new_guest(self):
         if self.guests_booted == 0:
@@ -83,7 +85,7 @@ class Session:
             return driven
         return self._finished(driven.finish(self.sleepgraph_files))
 
-    def cycles(self, plan):
+    def cycles(self, plan, reruns=0):
         """Run the cycles of plan, an iterable of (mode, number, knobs,
         expect), judging each in a thread of its own while the guest runs
         the next: what judging needs is taken from the guest when its drive
@@ -93,25 +95,56 @@ class Session:
         script) still replaces the guest before the next cycle; a verdict
         `error` found by judging (trace pages it cannot decode, an exception
         of the judge's) replaces it one cycle later. A record that cannot be
-        written (ResultsWriteError) is raised here and stops the run."""
+        written (ResultsWriteError) is raised here and stops the run.
+
+        reruns: a cycle the lab failed (verdict `error`, not made to fail on
+        purpose) runs again, up to this many times, after the plan, numbered
+        on from its highest number and recording "rerun_of" (the planned
+        cycle's number) and "rerun_attempt": the error stays recorded and
+        counted as the lab's, and the kernel still gets its sample."""
+        plan = iter(plan)
+        again = collections.deque()  # (mode, knobs, expect, rerun_of, attempt) once the plan is done
+        highest = 0
         pending = None  # the Future of the cycle being judged
         # Leaving the block, by an exception or close() too, waits for the
         # judgings submitted: a cycle driven is recorded whatever stops the
         # run. One worker: they finish in plan order.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge") as judge:
-            for mode, number, knobs, expect in plan:
-                driven = self._drive(mode, number, knobs, expect)
+            while True:
+                item = next(plan, None)
+                rerun = {}
+                if item is None:  # the plan is done: settle it, then the reruns it asked for
+                    if pending is not None:
+                        previous, pending = pending, None
+                        yield self._settled(previous.result(), again, reruns)
+                    if not again:
+                        break
+                    mode, knobs, expect, origin, attempt = again.popleft()
+                    highest += 1
+                    item = (mode, highest, knobs, expect)
+                    rerun = {"rerun_of": origin, "rerun_attempt": attempt}
+                highest = max(highest, item[1])
+                self._planned[item[1]] = item
+                driven = self._drive(*item, extra_meta=rerun)
                 previous, pending = pending, None
                 if not isinstance(driven, dict):  # submitted before the previous record is handed out
                     pending = judge.submit(driven.finish, self.sleepgraph_files)
                 if previous is not None:
-                    yield self._finished(previous.result())
+                    yield self._settled(previous.result(), again, reruns)
                 if isinstance(driven, dict):  # no guest to drive it on: final already
-                    yield self._finished(driven)
-            if pending is not None:
-                yield self._finished(pending.result())
+                    yield self._settled(driven, again, reruns)
 
-    def _drive(self, mode, number, knobs, expect):
+    def _settled(self, record, again, reruns):
+        """A final record of cycles(): queue its rerun if the lab failed it."""
+        record = self._finished(record)
+        planned = self._planned.pop(record["cycle"], None)
+        attempt = record.get("rerun_attempt", 0)
+        if planned and state_of(record) == "error" and not injected(record) and attempt < reruns:
+            mode, _, knobs, expect = planned
+            again.append((mode, knobs, expect, record.get("rerun_of", record["cycle"]), attempt + 1))
+        return record
+
+    def _drive(self, mode, number, knobs, expect, extra_meta=None):
         """Boot a guest if there is none, then drive the cycle: its
         DrivenCycle, or the final record of a cycle that got no guest."""
         if self.guest is None:
@@ -128,10 +161,12 @@ class Session:
                           "verdict": "error", "phase": "boot",
                           "reason": f"{type(error).__name__}: {error}"}
                 record.update(self._meta())
+                record.update(extra_meta or {})
                 record["expected_verdict"] = expect
                 self.rundir.append(record)
                 return record
         meta = self._meta()
+        meta.update(extra_meta or {})
         meta["expected_verdict"] = expect
         driven = drive_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta)
         if not driven.guest_usable:

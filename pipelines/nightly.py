@@ -358,7 +358,10 @@ def soak(args, state, state_path, resuming, rundir, chunks_root, run_id, shard):
         os.makedirs(chunk_dir, exist_ok=True)
         write_json(os.path.join(chunk_dir, "chunk.json"), {"numbers": numbers, "modes": chunk_modes})
         log(PROG, f"chunk {chunk_id}: cycles {numbers[0]}..{numbers[-1]} ({len(numbers)})")
-        argv = lab_run_command() + ["--results", chunks_root, "--run-id", chunk_id, "--cycles", "1"]
+        # No reruns: a chunk's cycles are its plan numbers (chunk_records),
+        # so a lab error stays an error, counted apart from the kernel's.
+        argv = lab_run_command() + ["--results", chunks_root, "--run-id", chunk_id, "--cycles", "1",
+                                    "--lab-reruns", "0"]
         for mode in chunk_modes:
             argv += ["--mode", mode]
         code = child.run(argv + lab_options(args) + inject_options(args.inject, numbers))

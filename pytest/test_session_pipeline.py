@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from lab import modes, session as session_module
+from lab import modes, records as records_module, session as session_module
 from lab.records import ResultsWriteError
 from lab.session import Session
 
@@ -42,8 +42,8 @@ class RunDir:
 class Driven:
     """A driven cycle whose judging takes `judge_seconds` and may fail."""
 
-    def __init__(self, log, number, guest, judge_seconds, verdict="pass", write_error=False):
-        self.log, self.number, self.guest = log, number, guest
+    def __init__(self, log, number, guest, judge_seconds, verdict="pass", write_error=False, meta=None):
+        self.log, self.number, self.guest, self.meta = log, number, guest, meta or {}
         self.judge_seconds, self.verdict, self.write_error = judge_seconds, verdict, write_error
         self.guest_usable = True
 
@@ -53,7 +53,7 @@ class Driven:
         if self.write_error:
             raise ResultsWriteError(f"cannot write cycles.jsonl: cycle {self.number}")
         self.log.append(("recorded", self.number))
-        return {"cycle": self.number, "verdict": self.verdict, "guest": self.guest.name,
+        return {**self.meta, "cycle": self.number, "status": "done", "verdict": self.verdict, "guest": self.guest.name,
                 "guest_usable": self.verdict != "error"}
 
 
@@ -72,7 +72,7 @@ def pipeline(monkeypatch, judge_seconds=0.05, drive_seconds=0.05, verdicts=None,
         time.sleep(drive_seconds)
         log.append(("drive-end", number))
         return Driven(log, number, guest, judge_seconds, (verdicts or {}).get(number, "pass"),
-                      number == write_error_at)
+                      number == write_error_at, meta)
 
     monkeypatch.setattr(session_module, "drive_cycle", drive_cycle)
     monkeypatch.setattr(Session, "_new_guest", new_guest)
@@ -132,3 +132,29 @@ def test_closing_the_run_between_two_records_records_the_cycle_being_judged(monk
     records.close()
     assert ("recorded", 2) in log
     assert max(number for kind, number, *_ in log if kind == "drive-start") == 2
+
+
+def test_a_cycle_the_lab_failed_is_rerun_after_the_plan_and_its_error_kept(monkeypatch):
+    """Cycle 2 is the lab's error (e.g. a press before the guest idled): it
+    stays recorded as such, and runs again after the plan as cycle 6, whose
+    own lab error runs once more as 7; 3 stays an error (no reruns left for
+    it would be wrong: each planned cycle gets its own)."""
+    session, log, guests = pipeline(monkeypatch, verdicts={2: "error", 3: "error", 6: "error"})
+    records = list(session.cycles(((MEM, n, (), "pass") for n in range(1, 6)), reruns=2))
+    assert [(r["cycle"], r["verdict"], r.get("rerun_of"), r.get("rerun_attempt")) for r in records] == [
+        (1, "pass", None, None), (2, "error", None, None), (3, "error", None, None),
+        (4, "pass", None, None), (5, "pass", None, None),
+        (6, "error", 2, 1), (7, "pass", 3, 1), (8, "pass", 2, 2)]
+    assert not records_module.not_as_expected(records)  # every planned cycle got its sample
+    assert records_module.verdict_counts(records)["error"] == 3  # and the lab's errors stay counted
+
+
+def test_no_reruns_and_injected_cycles_are_never_rerun(monkeypatch):
+    session, _, _ = pipeline(monkeypatch, verdicts={2: "error", 3: "error"})
+    plan = [(MEM, 1, (), "pass"), (MEM, 2, (), "pass"), (MEM, 3, (("delay", "* suspend 1"),), "hang")]
+    records = list(session.cycles(iter(plan), reruns=0))
+    assert [r["cycle"] for r in records] == [1, 2, 3]
+    assert [r["cycle"] for r in records_module.not_as_expected(records)] == [2, 3]
+    session, _, _ = pipeline(monkeypatch, verdicts={3: "error"})
+    records = list(session.cycles(iter(plan), reruns=2))
+    assert [r["cycle"] for r in records] == [1, 2, 3]  # 3 was made to fail on purpose: not the lab's to retry
