@@ -11,6 +11,9 @@ Sections (dashboards/schema/dashboard.v1.json):
                "unfinished", counted once, as that.
   buckets      failure buckets (dashboards/buckets.py) with counts per mode and
                first / last occurrence (run id, cycle, host_start).
+  lab_errors   the lab's failures (verdict error) apart from the kernel's:
+               their share of the cycles against LAB_ERROR_BUDGET, reruns,
+               and per cause (the error bucket) count, modes, first / last.
   failures     every cycle that did not pass, oldest first (the newest 500).
   latency      per device and PM phase: callback time median / p95 / max (us)
                from the records' callbacks field, and the cycle of the max
@@ -197,6 +200,36 @@ def bucket_section(cycles):
             entry["modes"][cycle["mode"]] = entry["modes"].get(cycle["mode"], 0) + 1
             entry["last"] = occurrence(cycle)
     return sorted(found.values(), key=lambda e: (-e["count"], e["bucket"]))
+
+
+# Lab errors above this share of the cycles make the lab, not the kernel,
+# the first thing to fix: the budget line of the lab_errors section.
+LAB_ERROR_BUDGET = 0.01
+
+
+def lab_errors(cycles):
+    """The lab's own failures, apart from the kernel's: how many cycles the
+    lab failed (verdict error) against the budget, and per cause (the error
+    bucket, dashboards/buckets.py) their count, modes and an example. They
+    are never in the pass rate; a cycle rerun after one (rerun_of) is."""
+    errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == "error"]
+    causes = {}
+    for cycle in errors:
+        cause = buckets.verdict_bucket(cycle)[len("error:"):]
+        entry = causes.get(cause)
+        if entry is None:
+            entry = causes[cause] = {"cause": cause, "count": 0, "modes": {}, "reason": cycle["reason"],
+                                     "first": occurrence(cycle)}
+        entry["count"] += 1
+        entry["modes"][cycle["mode"]] = entry["modes"].get(cycle["mode"], 0) + 1
+        entry["last"] = occurrence(cycle)
+    share = len(errors) / len(cycles) if cycles else 0.0
+    return {"definition": "verdict error: the lab failed (a race of its own, QEMU, libvirt, the judge), "
+                          "not the kernel; counted here, never in the pass rate",
+            "budget": LAB_ERROR_BUDGET, "cycles": len(cycles), "errors": len(errors),
+            "share": round(share, 4), "over_budget": share > LAB_ERROR_BUDGET,
+            "reruns": sum(c["rerun_of"] is not None for c in cycles),
+            "causes": sorted(causes.values(), key=lambda e: (-e["count"], e["cause"]))}
 
 
 def failures(cycles):
@@ -578,6 +611,7 @@ def build(loaded, kernel_latency=None):
         "input_errors": loaded.sorted_errors(),
         "success": success(cycles),
         "buckets": bucket_section(cycles),
+        "lab_errors": lab_errors(cycles),
         "failures": failures(cycles),
         "latency": latency(latency_counted),
         "timing": timing(cycles),

@@ -194,6 +194,7 @@ def normalise(record, default_run_id, manifest):
         "phase_ms": _phases(record.get("phase_ms")),
         "harness_rss_kib": _int(record.get("harness_rss_kib")),
         "harness_pid": _int(record.get("harness_pid")),
+        "rerun_of": _int(record.get("rerun_of")),  # a rerun of a cycle the lab failed (lab.session)
     }
 
 

@@ -561,6 +561,26 @@
     });
   }
 
+  function labErrors(data) {
+    var e = data.lab_errors;
+    if (!e) return;  /* dashboards written before it lack it */
+    var note = document.getElementById('lab-errors-note');
+    note.textContent = e.errors + ' of ' + e.cycles + ' cycles (' + pct(e.share) + ') were the lab\'s errors; budget ' +
+      pct(e.budget) + (e.over_budget ? ': OVER BUDGET, fix the lab first' : ': within budget') +
+      '; ' + e.reruns + ' rerun(s). ' + e.definition + '.';
+    if (e.over_budget) note.classList.add('over-budget');
+    table(document.getElementById('table-lab-errors'), [
+      ['cause', function (r) { return r.cause; }, 'text'],
+      ['cycles', function (r) { return r.count; }, 'num'],
+      ['modes', function (r) {
+        return Object.keys(r.modes).sort().map(function (m) { return m + ' ' + r.modes[m]; }).join(', ');
+      }, 'text'],
+      ['first', function (r) { return where(r.first); }, 'text'],
+      ['last', function (r) { return where(r.last); }, 'text'],
+      ['example', function (r) { return r.reason; }, 'text']
+    ], e.causes, 'No lab errors.');
+  }
+
   function failures(data) {
     var f = data.failures;
     document.getElementById('failures-note').textContent =
@@ -635,7 +655,7 @@
     if (links) {
       try { timelineLinks = JSON.parse(links.textContent); } catch (error) { pageError('timeline links: ' + error); }
     }
-    var steps = [overview, kernelsSection, success, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
+    var steps = [overview, kernelsSection, success, labErrors, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });
