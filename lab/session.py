@@ -77,10 +77,12 @@ class Session:
                 "profile": self.profile, "worker": self.worker,
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
-    def cycle(self, mode, number, knobs=(), expect="pass"):
+    def cycle(self, mode, number, knobs=(), expect="pass", press=None):
         """Run cycle `number`; always returns its final record. `expect`: the
-        verdict the caller provoked on purpose (recorded, used by the summary)."""
-        driven = self._drive(mode, number, knobs, expect)
+        verdict the caller provoked on purpose (recorded, used by the summary);
+        `press`: when a freeze cycle presses the power button
+        (lab.cycle.PowerButtonPress; a test presses early on purpose)."""
+        driven = self._drive(mode, number, knobs, expect, press=press)
         if isinstance(driven, dict):
             return driven
         return self._finished(driven.finish(self.sleepgraph_files))
@@ -144,7 +146,7 @@ class Session:
             again.append((mode, knobs, expect, record.get("rerun_of", record["cycle"]), attempt + 1))
         return record
 
-    def _drive(self, mode, number, knobs, expect, extra_meta=None):
+    def _drive(self, mode, number, knobs, expect, extra_meta=None, press=None):
         """Boot a guest if there is none, then drive the cycle: its
         DrivenCycle, or the final record of a cycle that got no guest."""
         if self.guest is None:
@@ -168,7 +170,8 @@ class Session:
         meta = self._meta()
         meta.update(extra_meta or {})
         meta["expected_verdict"] = expect
-        driven = drive_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta)
+        driven = drive_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta,
+                             **({"press": press} if press else {}))
         if not driven.guest_usable:
             self._drop_guest()
         self.cycles_run += 1

@@ -130,7 +130,7 @@ def lab_run(request):
         pytest.fail(f"lab setup: {problem}", pytrace=False)
     rundir = RunDir(config.getoption("--lab-results"), config.pmlab_run_id)
     worker = getattr(config, "workerinput", {}).get("workerid", "w0")
-    yield {"artifacts": found, "watchdogs": watchdogs, "connection": connection,
+    yield {"artifacts": found, "watchdogs": watchdogs, "connection": connection, "plan": _plan(config),
            "rundir": rundir, "worker": worker, "uri": config.getoption("--uri"),
            "profile": config.getoption("--profile")}
 

@@ -150,6 +150,33 @@ def test_unfinished_cycle_counts_once_and_errors_are_not_judged(recorded, tmp_pa
     assert names == {"unfinished", "error:pmlab-cycle exited with N"}
 
 
+def test_lab_errors_are_counted_per_cause_against_the_budget_and_kept_out_of_the_rate(tmp_path):
+    press = ("power button pressed before the guest's first suspend-to-idle idle: the press ended s2idle_loop "
+             "3.1 ms after it began, before s2idle_enter(); the kernel did what it must")
+    records = [synthetic(n, "freeze") for n in range(1, 96)]
+    records += [synthetic(96, "freeze", "error", phase="lab", reason=press),
+                synthetic(97, "freeze", "error", phase="lab", reason=press.replace("3.1", "0.4")),
+                synthetic(98, "mem", "error", phase="lab", reason="QEMU exited during phase resume (libvirt: ...)"),
+                synthetic(99, "freeze", rerun_of=96, rerun_attempt=1),
+                synthetic(100, "freeze", rerun_of=97, rerun_attempt=1)]
+    board = dashboard_of(single_run(tmp_path, records))
+    section = board["lab_errors"]
+    assert (section["cycles"], section["errors"], section["share"], section["reruns"]) == (100, 3, 0.03, 2)
+    assert section["over_budget"] and section["budget"] == compute.LAB_ERROR_BUDGET
+    assert [(c["cause"], c["count"], c["modes"]) for c in section["causes"]] == [
+        ("power button pressed before the guest's first suspend-to-idle idle", 2, {"freeze": 2}),
+        ("QEMU exited during phase resume (libvirt", 1, {"mem": 1})]
+    assert section["causes"][0]["first"]["cycle"] == 96 and section["causes"][0]["last"]["cycle"] == 97
+    freeze = board["success"]["modes"]["freeze"]
+    assert (freeze["judged"], freeze["rate"]) == (97, 1.0)  # errors counted, never judged
+    assert schemas.errors(schemas.DASHBOARD, board) == []
+
+
+def test_no_lab_errors_is_within_budget(recorded, tmp_path):
+    section = dashboard_of(single_run(tmp_path, [by_cycle(recorded, 100)]))["lab_errors"]
+    assert (section["errors"], section["over_budget"], section["causes"]) == (0, False, [])
+
+
 # ------------------------------------------------------------------ buckets
 
 def test_buckets_of_the_recorded_failures(recorded, tmp_path):

@@ -83,3 +83,35 @@ def test_without_a_log_the_button_source_decides():
     assert s2idle.woke_by_button(s2idle.evidence(None, 1, BUTTON))
     assert not s2idle.woke_by_button(s2idle.evidence(None, 1, {}))
     assert not s2idle.woke_by_button(s2idle.evidence("", 1, {"00:03": 1}))
+
+
+def _recorded(name):
+    """lab/s2idle.py's evidence from a recorded report, as lab.cycle.judge takes it."""
+    import gzip
+    import os
+
+    from lab import guest_report, trace
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recordings", name)
+    with gzip.open(path, "rt") as source:
+        parts = guest_report.sections(source.read())
+    wakeups = guest_report.wakeup_delta(guest_report.wakeup_sources(guest_report.snapshot(parts, "before")),
+                                        guest_report.wakeup_sources(guest_report.snapshot(parts, "after")))
+    return s2idle.evidence(parts["dmesg"], trace.timing(trace.parse(parts["trace"]))["s2idle_loops"], wakeups)
+
+
+def test_recorded_early_press_is_the_labs():
+    """pytest/test_cycles.py's early press (q35-ovmf, 2026-12-06): pressed on
+    'late suspend of devices complete' while pmtest_full.3 waited 1.5 s in
+    suspend_noirq; the wakeup pending since then ended the loop 0.3 ms
+    after it began."""
+    found = _recorded("report-freeze-early-press.txt.gz")
+    assert (found["idle_entries"], found["button_events"]) == (0, 1)
+    assert found["wake_after_loop_s"] == 0.00027
+    assert "0.3 ms after it began" in s2idle.pressed_before_idle(found, suspend_failed=False)
+
+
+def test_recorded_freeze_that_idled_is_not():
+    """The next cycle on a fresh guest, pressed once its vCPUs slept."""
+    found = _recorded("report-freeze-dmesg.txt.gz")
+    assert found["idle_entries"] == 1 and s2idle.woke_by_button(found)
+    assert s2idle.pressed_before_idle(found, suspend_failed=False) is None
