@@ -639,6 +639,10 @@ def test_the_schedule_soaks_both_machine_profiles():
                 assert args.guests >= 2 and args.mode == ["mem"], (definition, command)
                 profiles.add(args.profile or "q35-ovmf")
         assert profiles == {"q35-ovmf", "pc-seabios"}, (definition, commands)
+        # the LAVA lab too: brought up, its test run, then taken down
+        lava = [c for c in commands if "test_lava_lab.py" in c or c.startswith("pipelines/lava/lab-")]
+        assert any(c == "pipelines/lava/lab-up" for c in lava), (definition, commands)
+        assert any("pytest/test_lava_lab.py --pipeline-tests" in c for c in lava), (definition, commands)
 
 
 def _forget_shared_values():
