@@ -110,8 +110,16 @@ class Cycle:
         guest.console.forget_before(self.console_mark)
         self.request = None
 
-    def note(self, step):
-        self.timeline.append([step, round(time.time(), 3)])
+    def note(self, step, when=None):
+        self.timeline.append([step, round(when or time.time(), 3)])
+
+    def sent(self, step, send):
+        """Call send() (a wake) and note `step` at the time it was called:
+        the guest can answer before the call returns, and the reader
+        thread's "report-started" must not come before its cause."""
+        when = time.time()
+        send()
+        self.note(step, when)
 
     def command(self):
         return "pmlab-cycle " + cycle_arguments(self.mode, self.number, self.knobs, self.token)
@@ -162,8 +170,7 @@ class Cycle:
             raise Hang("suspend", f"guest not asleep (no PMSuspended event) within {w.suspend:.0f}s")
         if asleep is not None:
             if self.mode.wake == "pmwakeup":
-                self.guest.pm_wakeup()
-                self.note("pmwakeup-sent")
+                self.sent("pmwakeup-sent", self.guest.pm_wakeup)
             elif self.wait_event({"pmwakeup"}, RTC_WAKE_SECONDS + w.resume, self.not_running) is None:
                 raise Hang("resume", f"RTC alarm did not wake the guest within {RTC_WAKE_SECONDS + w.resume:.0f}s")
         reply = self.wait_reply("resume", w.resume, self.not_running)
@@ -184,8 +191,7 @@ class Cycle:
                 # at once raced s2idle_enter() (lab/s2idle.py judges a press
                 # that still comes first).
                 self.note("vcpus-" + self.guest.wait_idle())
-            self.guest.press_power_button()
-            self.note("powerbutton-sent")
+            self.sent("powerbutton-sent", self.guest.press_power_button)
         return self.wait_reply("resume", w.resume, self.not_running)
 
     def _drive_disk(self):
