@@ -70,11 +70,17 @@ def mode_rates(records):
     return rates
 
 
+def lab_error(record):
+    """The lab failed the cycle, not the kernel: never a regression of the
+    commit (the dashboard's lab_errors counts it)."""
+    return records_module.state_of(record) == "error" and not records_module.injected(record)
+
+
 def bucket_cycles(records, classify):
-    """{bucket: [cycle numbers]}"""
+    """{bucket: [cycle numbers]} of the kernel's failures (lab errors apart)."""
     found = {}
     for record in records:
-        if provoked(record):
+        if provoked(record) or lab_error(record):
             continue
         if record.get("expected_verdict", "pass") != "pass" and record.get("verdict") == "pass":
             found.setdefault(f"expected-{record['expected_verdict']}-but-passed", []).append(record["cycle"])
@@ -117,6 +123,13 @@ def report(previous, current, classify=None):
     classify = classify or default_buckets()
     known = sorted(set(bucket_cycles(current, classify)) & set(bucket_cycles(previous or [], classify)))
     lines += [f"known (also in the previous run): {bucket}" for bucket in known]
+    errors = {}
+    for record in current:
+        if lab_error(record):
+            for bucket in classify(record):
+                errors.setdefault(bucket, []).append(record["cycle"])
+    lines += [f"lab error, not the kernel's (no regression): {bucket} (cycles {', '.join(map(str, cycles))})"
+              for bucket, cycles in sorted(errors.items())]
     if not findings:
         lines.append("no regression")
     return findings, lines

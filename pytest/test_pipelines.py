@@ -74,9 +74,12 @@ def test_new_mode_is_held_to_all_passing():
     assert compare.regressions(previous, [rec(1), rec(2, "freeze")], LOCAL) == []
     found = compare.regressions(previous, [rec(1), rec(2, "freeze", "fail", "boot")], LOCAL)
     assert {f["kind"] for f in found} == {"pass-rate", "new-bucket"}
-    # a lab error is not in the pass rate (lab.records.pass_rate), only its bucket is new
-    found = compare.regressions(previous, [rec(1), rec(2, "freeze", "error", "boot")], LOCAL)
-    assert {f["kind"] for f in found} == {"new-bucket"}
+    # a lab error is neither in the pass rate (lab.records.pass_rate) nor a
+    # new bucket: the lab failed, not the commit; report() names it apart
+    current = [rec(1), rec(2, "freeze", "error", "boot")]
+    assert compare.regressions(previous, current, LOCAL) == []
+    _, lines = compare.report(previous, current, LOCAL)
+    assert "lab error, not the kernel's (no regression): error-in-boot (cycles 2)" in lines
 
 
 def test_no_previous_run_means_every_failure_is_new():
