@@ -114,12 +114,14 @@ class Cycle:
         self.timeline.append([step, round(when or time.time(), 3)])
 
     def sent(self, step, send):
-        """Call send() (a wake) and note `step` at the time it was called:
-        the guest can answer before the call returns, and the reader
-        thread's "report-started" must not come before its cause."""
+        """Call send() (the request, a wake) and note `step` at the time it
+        was called: the guest can answer before the call returns, and what
+        the reader threads note on arrival (s2idle-entered, report-started)
+        must not come before its cause. Returns what send() returned."""
         when = time.time()
-        send()
+        result = send()
         self.note(step, when)
+        return result
 
     def command(self):
         return "pmlab-cycle " + cycle_arguments(self.mode, self.number, self.knobs, self.token)
@@ -159,8 +161,8 @@ class Cycle:
 
     def drive(self):
         """Run the cycle; the guest's reply (or raise Hang)."""
-        self.request = self.guest.agent.send(self.command())
-        self.note("sent")
+        command = self.command()
+        self.request = self.sent("sent", lambda: self.guest.agent.send(command))
         return getattr(self, "_drive_" + self.mode.kind)()
 
     def _drive_mem(self):

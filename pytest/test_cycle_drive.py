@@ -89,9 +89,11 @@ def test_a_pmwakeup_event_that_never_comes_is_not_waited_for_forever(tmp_path, m
 
 def test_a_wake_call_that_returns_after_the_report_began_keeps_the_timeline_in_order(tmp_path):
     """virDomainPMWakeup / system_powerdown can return after the guest's
-    report has begun to arrive (the agent's reader notes report-started):
-    the wake is noted when it was called, so no host phase is negative (the
-    dashboard's schema refused 8 of 1,000 freeze cycles' records before)."""
+    report has begun to arrive (the agent's reader notes report-started),
+    and the request's send after the console's s2idle marker arrived: each
+    is noted when it was called, so no host phase is negative (the
+    dashboard's schema refused 8 of 1,000 freeze cycles' records, and 3 of
+    1,000 more with both host cores busy)."""
     import time
 
     from lab.cycle import host_phases
@@ -109,4 +111,28 @@ def test_a_wake_call_that_returns_after_the_report_began_keeps_the_timeline_in_o
         timer.cancel()
     steps = [step for step, _ in cycle.timeline]
     assert steps == ["sent", "pmsuspend", "pmwakeup-sent", "report-started", "report"]
+    assert all(seconds >= 0 for seconds in host_phases(cycle.started, cycle.timeline).values())
+
+
+def test_a_request_send_that_returns_after_the_s2idle_marker_keeps_the_timeline_in_order(tmp_path):
+    """Under load the guest printed 'PM: suspend-to-idle' (noted by the
+    console reader on arrival) before the agent's send returned."""
+    import time
+
+    from lab.cycle import host_phases
+    guest = Guest(tmp_path, 0.0)
+    send = guest.agent.send
+
+    def slow_send(command):
+        request = send(command)
+        guest.console.feed(b"[    4.003661] PM: suspend-to-idle\n")
+        time.sleep(0.05)
+        return request
+    guest.agent.send = slow_send
+    guest.wait_idle = lambda: "idle"
+    guest.press_power_button = guest.pm_wakeup  # makes the report ready
+    cycle = Cycle(guest, modes.parse_mode("freeze"), 1, Watchdogs())
+    cycle.drive()
+    steps = [step for step, _ in cycle.timeline]
+    assert steps == ["sent", "s2idle-entered", "vcpus-idle", "powerbutton-sent", "report"]
     assert all(seconds >= 0 for seconds in host_phases(cycle.started, cycle.timeline).values())
