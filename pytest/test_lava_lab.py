@@ -11,8 +11,10 @@ RTC. Split in two jobs: cycles 1-3 (S3, S4, then a fault on the resumed
 guest) and 4-5. The artifacts' initramfs must carry guest/init with
 pmlab.mode=lava (lab/build-initramfs).
 """
+import ipaddress
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -39,6 +41,7 @@ MODES = ["mem/rtc", "disk/platform", "mem/rtc*3"]
 # virtio NIC Debian's qemu template adds; the device dictionary drops it.)
 PROFILE = "q35-ovmf"
 COMPARED = ("verdict", "phase", "enter_status", "failed_callbacks", "ordering_violations")
+STATE = os.environ.get("PMLAB_LAVA_STATE", "/var/lib/pmlab/lava")
 
 
 def _artifacts(config):
@@ -98,3 +101,73 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
     # the image kept the boot id and the tmpfs token.
     assert lava[1]["proof"] == {"boot_id_kept": True, "token_kept": True, "stopped": 1, "pmsuspend_disk": 1,
                                 "reboot": 0}
+
+
+
+def _stat(pid):
+    """(parent pid, session id) of a process (/proc/PID/stat), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return int(fields[1]), int(fields[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _lab_sessions():
+    """Sessions of what lab-up started: each daemon runs in its own session
+    (setsid), its pid recorded in STATE/run; gunicorn's workers, lava-run
+    and QEMU stay in their daemon's session."""
+    out = set()
+    run = os.path.join(STATE, "run")
+    for name in os.listdir(run):
+        if name.endswith(".pid"):
+            with open(os.path.join(run, name)) as pidfile:
+                out.add(int(pidfile.read().split()[0]))
+    return out
+
+
+def _postgres_pid():
+    """The postmaster of the cluster lab-up uses (the first pg_lsclusters lists)."""
+    fields = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True).stdout.split()
+    with open(os.path.join(fields[5], "postmaster.pid")) as pidfile:  # field 6: the data directory
+        return int(pidfile.readline())
+
+
+def _listeners():
+    """[(local address, port, [(command, pid)])] of the listening TCP sockets."""
+    out = []
+    lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    for line in lines:
+        fields = line.split()
+        host, _, port = fields[3].rpartition(":")
+        users = [(name, int(pid)) for name, pid in re.findall(r'\("([^"]*)",pid=(\d+)', line)]
+        out.append((host.strip("[]").split("%")[0], int(port), users))
+    return out
+
+
+def _loopback(host):
+    if host == "*":  # ss's wildcard
+        return False
+    address = ipaddress.ip_address(host)
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def test_lab_listens_on_loopback_only(lava_lab):
+    """Every TCP socket the lab's processes listen on (gunicorn, the
+    publisher and its event socket, the scheduler, the workers with lava-run
+    and QEMU, postgresql) is bound to a loopback address: lab-up's default
+    exposes nothing to the network."""
+    sessions, postgres = _lab_sessions(), _postgres_pid()
+
+    def ours(pid):
+        stat = _stat(pid)
+        return pid == postgres or (stat is not None and (stat[1] in sessions or stat[0] == postgres))
+
+    seen = [(host, port, users) for host, port, users in _listeners()
+            if any(ours(pid) for _, pid in users)]
+    ports = {port for _, port, _ in seen}
+    assert {8000, 8001} <= ports, f"gunicorn (8000) and the publisher (8001) are not among the lab's listeners: {seen}"
+    exposed = [f"{host}:{port} {users}" for host, port, users in seen if not _loopback(host)]
+    assert not exposed, "the lab listens beyond loopback:\n" + "\n".join(exposed)
