@@ -26,6 +26,7 @@ input.
 """
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -138,7 +139,8 @@ def compare(address, before, after):
 
 def boot_command(job_log):
     """The first "Boot command:" of a LAVA job log, as argv."""
-    with open(job_log) as source:
+    opener = gzip.open if job_log.endswith(".gz") else open
+    with opener(job_log, "rt") as source:
         entries = yaml.safe_load(source) or []
     for entry in entries:
         message = entry.get("msg") if isinstance(entry, dict) else None
