@@ -77,8 +77,9 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
     lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0, tags=(PROFILE,),
                          on_submitted=lambda job_id, part: submitted.append(job_id))
     assert len(submitted) == 2
-    workers = {record["worker"] for record in lava}
-    assert workers == {"pmlab-w1", "pmlab-w2"}, f"the two jobs did not run on both workers: {workers}"
+    workers = {record.get("worker") for record in lava}  # None: a cycle that never started
+    outcomes = [(r["cycle"], r["verdict"], (r.get("reason") or "")[:200]) for r in lava]
+    assert workers == {"pmlab-w1", "pmlab-w2"}, f"not both workers, or cycles never started: {outcomes}"
     assert [r["cycle"] for r in read_cycles(rundir.cycles_path)] == [1, 2, 3, 4, 5]  # one record each
 
     libvirt_run = f"{config.pmlab_run_id}-libvirt"
