@@ -26,6 +26,9 @@ PROBLEMS = re.compile(
     r"PM: Image (?:not found|restoration failed)|PM: hibernation: Failed"
 )
 PANIC = re.compile(r"Kernel panic - not syncing")
+# pmtest_ramguard.ko: the firmware's S3 resume changed a page the memory map
+# gave the OS. The console keeps it even when the damage kills the report.
+FIRMWARE_RAM = re.compile(r"pmtest_ramguard: (firmware changed RAM across S3: .*)")
 # Lines about callback order (the dashboard's ordering-violation bucket).
 ORDERING = re.compile(r"should not be sleeping|ordering violation", re.IGNORECASE)
 
@@ -66,6 +69,11 @@ PREPARE_RETRY = re.compile(r"device_prepare\(\): .* returns -11$")
 def problems(console_lines):
     return [line for line in console_lines
             if PROBLEMS.search(line) and not PREPARE_RETRY.search(line)]
+
+
+def firmware_ram_changes(console_lines):
+    """What pmtest_ramguard saw the firmware change across S3, one text a page."""
+    return [match.group(1) for match in map(FIRMWARE_RAM.search, console_lines) if match]
 
 
 def panicked(console_lines):

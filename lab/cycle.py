@@ -5,7 +5,8 @@ How each mode is driven and what proves the guest really slept:
   mem (S3), wake pmwakeup: the PMSuspended event arrives, the lab calls
       virDomainPMWakeup (QMP system_wakeup). Proof: one PMSuspended and one
       PMWakeup event, machine_suspend[3] begin/end in the trace, suspend_stats
-      success +1.
+      success +1. pmtest_ramguard.ko reporting a page the firmware changed
+      across the resume is the platform's fail (phase "platform").
   mem, wake rtc: the guest set an RTC alarm; the lab only waits. Same proof.
   freeze (s2idle): QEMU does not know the guest idles, so there is no event.
       The lab waits for the kernel's "PM: suspend-to-idle" console line and
@@ -253,6 +254,12 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     for _, kind, _ in events:
         counts[kind] = counts.get(kind, 0) + 1
     result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
+    changed = console.firmware_ram_changes(evidence)
+    if changed:  # the platform's failure, whatever followed from it (a crash, a lost report)
+        result.update(verdict="fail", phase="platform", firmware_ram_changes=changed,
+                      reason="the platform firmware changed RAM the OS owns across the S3 resume "
+                             f"(pmtest_ramguard): {'; '.join(changed[:3])}")
+        return result
     if report is None:  # disk: booted afresh, the image was not resumed
         result.update(verdict="fail", phase="restore",
                       reason="the guest booted afresh instead of resuming from the hibernation image")

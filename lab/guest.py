@@ -98,13 +98,15 @@ class GuestError(Exception):
 
 class Guest:
     def __init__(self, connection, name, artifacts, console_path, profile="q35-ovmf",
-                 cmdline_extra="", memory_mib=512, vcpus=1):
+                 cmdline_extra="", memory_mib=512, vcpus=1, firmware_errata=True):
         self.connection = connection
         self.conn = connection.conn
         self.name = name
         self.artifacts = artifacts
         self.profile = profile
-        self.cmdline = f"{BASE_CMDLINE} {cmdline_extra}".strip()
+        errata = virt.errata_cmdline(profile) if firmware_errata else ""
+        self.cmdline = " ".join(w for w in (BASE_CMDLINE, errata, virt.ramguard_cmdline(profile), cmdline_extra)
+                                if w)
         self.memory_mib = memory_mib
         self.vcpus = vcpus
         self.events = connection.events(name)

@@ -105,6 +105,10 @@ def add_guest(parser, defaults=None):
                         help="size of pmtest's platform device trees (full, compat, legacy, async): levels "
                              "below each root x children per device; pmtest's default 2x2 is 7 devices a tree "
                              "and 15 async; 1x1 (2 and 3) makes a fast soak")
+    parser.add_argument("--no-firmware-errata", dest="firmware_errata", action="store_false",
+                        help="boot without the profile's firmware errata (lab/virt.py PROFILES: q35-ovmf "
+                             "reserves the page Debian's OVMF clears on every S3 resume); pmtest_ramguard "
+                             "then shows the firmware's damage, a fail in phase platform")
 
 
 def pmtest_tree(text):
@@ -139,6 +143,8 @@ def guest_argv(args):
             out += [f"--{option.replace('_', '-')}", str(value)]
     for value in getattr(args, "watchdog", None) or ():
         out += ["--watchdog", value]
+    if getattr(args, "firmware_errata", True) is False:
+        out.append("--no-firmware-errata")
     return out
 
 

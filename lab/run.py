@@ -137,7 +137,7 @@ def main(argv=None):
     write_manifest(rundir, found.directory)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
                       args.memory, args.vcpus, connection=connection, sleepgraph_files=args.sleepgraph,
-                      pmtest_tree=args.pmtest_tree)
+                      pmtest_tree=args.pmtest_tree, firmware_errata=args.firmware_errata)
     rss_start = rss_kib()
     last = 0
     # each cycle judged while the next one runs (Session.cycles)

@@ -21,7 +21,7 @@ TRIM_EVERY = 100
 class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
-                 connection=None, sleepgraph_files=False, pmtest_tree=None):
+                 connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True):
         if profile not in virt.PROFILES:
             raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -37,6 +37,8 @@ class Session:
         self.cmdline_extra = " ".join(w for w in (cmdline_extra, options.pmtest_tree_cmdline(pmtest_tree)) if w)
         self.connection = connection or virt.Connection(uri)
         self.sleepgraph_files = sleepgraph_files  # every cycle's, not only those that did not pass
+        # the profile's firmware errata on the kernel command line (lab.virt.PROFILES)
+        self.firmware_errata = firmware_errata
         self.guest = None
         self.guests_booted = 0
         self.reconnects = 0
@@ -54,7 +56,7 @@ class Session:
         name = f"pmlab-{self.rundir.run_id}-{self.worker}-{self.guests_booted}"
         guest = Guest(self.connection, name, self.artifacts,
                       self.rundir.file("console", f"{name}.log"), self.profile,
-                      self.cmdline_extra, self.memory_mib, self.vcpus)
+                      self.cmdline_extra, self.memory_mib, self.vcpus, self.firmware_errata)
         started = time.monotonic()
         try:
             guest.boot(self.watchdogs.boot)
@@ -75,6 +77,7 @@ class Session:
                               if manifest.get(key)},
                            "modules": self.artifacts.modules},
                 "profile": self.profile, "worker": self.worker,
+                "firmware_errata": virt.errata_cmdline(self.profile) if self.firmware_errata else "",
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
     def cycle(self, mode, number, knobs=(), expect="pass", press=None):

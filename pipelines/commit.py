@@ -250,12 +250,7 @@ def main(argv=None):
         if args.engine == "lava":  # LAVA has its own devices and watchdogs (job timeouts)
             argv += ["--identity", args.lava_identity, "--jobs", str(args.lava_jobs)]
         else:
-            argv += ["--cycles", "1"]
-            for option in ("uri", "profile", "memory", "vcpus"):
-                if getattr(args, option) is not None:
-                    argv += [f"--{option}", str(getattr(args, option))]
-            for value in args.watchdog or ():
-                argv += ["--watchdog", value]
+            argv += ["--cycles", "1"] + options.guest_argv(args)
         for value in args.inject or ():
             argv += ["--inject", value]
         code = run(argv, prefix=runner)

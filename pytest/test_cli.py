@@ -216,6 +216,23 @@ def test_the_pmtest_tree_reaches_the_guest_command_line_and_every_shard():
     options.add_guest(parser)
     args = parser.parse_args(["--pmtest-tree", "1x1", "--profile", "pc-seabios"])
     assert options.guest_argv(args) == ["--profile", "pc-seabios", "--pmtest-tree", "1x1"]
+    args = parser.parse_args(["--no-firmware-errata"])
+    assert options.guest_argv(args) == ["--no-firmware-errata"]
+
+
+def test_the_q35_guest_reserves_the_page_ovmf_clears_unless_told_not_to():
+    from lab import guest, virt
+    assert virt.errata_cmdline("q35-ovmf") == "memmap=4K$0x808000"
+    assert virt.errata_cmdline("pc-seabios") == ""
+    kept = guest.Guest.__new__(guest.Guest)
+    plain = guest.Guest.__new__(guest.Guest)
+    for g, errata in ((kept, True), (plain, False)):
+        g.connection = type("C", (), {"conn": None, "events": lambda self, name: None})()
+        guest.Guest.__init__(g, g.connection, "g", None, os.devnull, "q35-ovmf", "pmtest.depth=1",
+                             firmware_errata=errata)
+    guard = " pmtest_ramguard.start=0x800000 pmtest_ramguard.size=0x100000"
+    assert kept.cmdline == guest.BASE_CMDLINE + " memmap=4K$0x808000" + guard + " pmtest.depth=1"
+    assert plain.cmdline == guest.BASE_CMDLINE + guard + " pmtest.depth=1"
 
 
 def test_run_refuses_a_bad_pmtest_tree_before_any_guest(tmp_path):

@@ -191,3 +191,27 @@ def test_a_press_before_the_guest_idles_is_the_labs_error_not_the_kernels_fail(l
         assert after["verdict"] == "pass", _explain(after)
     finally:
         session.close()
+
+
+FIRMWARE_CYCLE = 9041
+
+
+def test_q35_firmware_damage_across_s3_is_the_platforms_fail_and_the_erratum_keeps_it_off(lab_run):
+    """Debian 12's OVMF clears its work area, page 0x808000, on every S3
+    resume, a page its memory map gives the OS (the LAVA q35 segfault's
+    cause). Booted without the q35 profile's erratum, pmtest_ramguard sees
+    it in a libvirt guest too and the cycle is the platform's fail naming
+    the page; with the erratum (the default) the page is reserved and S3
+    passes (test_cycle)."""
+    from lab.session import Session
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], "q35-ovmf",
+                      lab_run["watchdogs"], lab_run["worker"] + "-firmware", connection=lab_run["connection"],
+                      firmware_errata=False)
+    try:
+        record = session.cycle(modes.parse_mode("mem"), FIRMWARE_CYCLE, expect="fail")
+    finally:
+        session.close()
+    assert (record["verdict"], record["phase"]) == ("fail", "platform"), _explain(record)
+    assert record["firmware_errata"] == ""
+    assert any(change.startswith("firmware changed RAM across S3: page 0x808000, ")
+               for change in record["firmware_ram_changes"]), record["firmware_ram_changes"]

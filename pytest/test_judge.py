@@ -185,3 +185,33 @@ def test_a_judge_that_fails_leaves_an_error_record_that_keeps_the_report(tmp_pat
     cycle.keep_evidence(rundir, kept, reply.output, record["evidence"])
     with gzip.open(os.path.join(rundir.path, kept["report"]), "rt") as text:
         assert text.read() == reply.output
+
+
+# pmtest_ramguard's line from a q35-ovmf guest booted without the erratum
+# (lab.run --no-firmware-errata, 2026-12-06): Debian 12's OVMF clears its
+# work area at 0x808000 on every S3 resume.
+RAMGUARD_LINE = ("[    2.319888] pmtest_ramguard: firmware changed RAM across S3: page 0x808000, 23 bytes, "
+                 "first at +0x0: db e9 6c ff ff ff 45 39 4c 24 18 0f 82 81 00 00 -> "
+                 "00 e9 6c ff 00 00 00 00 00 00 00 00 00 00 00 00")
+
+
+def test_firmware_that_changed_the_oss_ram_is_the_platforms_fail():
+    record = copy.deepcopy(RECORDS["mem"])
+    record["evidence"] = record["evidence"][:1] + [RAMGUARD_LINE] + record["evidence"][1:]
+    result = rejudge("mem", record)
+    assert (result["verdict"], result["phase"]) == ("fail", "platform"), result["reason"]
+    assert result["reason"].startswith("the platform firmware changed RAM the OS owns across the S3 resume")
+    assert "page 0x808000, 23 bytes" in result["reason"]
+
+
+def test_the_platforms_fail_stands_when_its_damage_killed_the_report():
+    """What the LAVA q35 jobs showed: busybox crashed after the resume
+    (pmlab-cycle exited with 139), a lab error without the guard's line."""
+    record = copy.deepcopy(RECORDS["mem"])
+    crashed = rejudge("mem", record, report_text="=== before\nboot_id=x\n")
+    assert crashed["verdict"] == "error"
+    record["evidence"] = record["evidence"] + [RAMGUARD_LINE]
+    mode = modes.parse_mode(record["mode"], record["wake"])
+    result = judge(mode, "=== before\nboot_id=x\n", 139, record["libvirt_events"], record["evidence"],
+                   record["timeline"], record["token"], record["guest_boot_id"])
+    assert (result["verdict"], result["phase"]) == ("fail", "platform")
