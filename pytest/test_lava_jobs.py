@@ -118,3 +118,59 @@ def test_the_reports_kernel_log_decides_an_s3_resume():
     assert [e[1] for e in jobs.console_events(mode, [], 0, 0, frame["report"])] == ["pmsuspend", "pmwakeup"]
     without = frame["report"].replace(jobs.S3_RESUME, "ACPI: PM: (line removed)")
     assert jobs.console_events(mode, [jobs.S3_RESUME], 0, 0, without) == []
+
+
+def _kernel_image_arg(job_text):
+    return yaml.safe_load(job_text)["actions"][0]["deploy"]["images"]["kernel"]["image_arg"]
+
+
+def test_a_jobs_kernel_command_line_carries_its_profiles_errata_and_ramguard_words(tmp_path):
+    """The words come from lab/virt.py PROFILES, as a libvirt guest's: the
+    profile is the job's one profile tag (every lab-up device carries its
+    profile as a tag); the '$' of memmap= survives the job's YAML."""
+    from lab import virt
+    plan = jobs.plan_from(["mem/rtc"], [])
+    q35 = _kernel_image_arg(jobs.render_job(plan, str(tmp_path), "t", ("q35-ovmf",)))
+    assert "memmap=4K$0x808000" in q35.split() and virt.errata_cmdline("q35-ovmf") == "memmap=4K$0x808000"
+    assert virt.ramguard_cmdline("q35-ovmf") in q35 and "pmtest_ramguard.size=0x100000" in q35.split()
+    off = _kernel_image_arg(jobs.render_job(plan, str(tmp_path), "t", ("q35-ovmf",), firmware_errata=False))
+    assert "memmap" not in off and virt.ramguard_cmdline("q35-ovmf") in off
+    pc = _kernel_image_arg(jobs.render_job(plan, str(tmp_path), "t", ("pc-seabios", "other")))
+    assert "memmap" not in pc and "pmtest_ramguard" not in pc
+    for tags in ((), ("other",), ("q35-ovmf", "pc-seabios")):
+        with pytest.raises(LabError, match="exactly one machine profile"):
+            jobs.render_job(plan, str(tmp_path), "t", tags)
+
+
+RAMGUARD = ("[    5.1] pmtest_ramguard: firmware changed RAM across S3: page 0x808000, 23 bytes, "
+            "first at +0x0: 7c ec 0b 00 -> 00 ec 0b 00")
+
+
+def _with_ramguard_line(entries):
+    """The recording with pmtest_ramguard's line after cycle 1's S3 resume."""
+    at = next(i for i, e in enumerate(entries) if e.get("lvl") == "target" and jobs.S3_RESUME in str(e.get("msg")))
+    return entries[:at + 1] + [{"dt": entries[at]["dt"], "lvl": "target", "msg": RAMGUARD}] + entries[at + 1:]
+
+
+def test_a_ramguard_line_in_a_cycles_console_is_the_platforms_fail(tmp_path):
+    entries = _with_ramguard_line(_entries())
+    rundir = RunDir(str(tmp_path), "r", link_latest=False)
+    records, lost = jobs.cycle_records(PLAN, entries, "r", 1, JOB, rundir, "q35-ovmf", False)
+    assert lost == [] and [(r["verdict"], r.get("phase")) for r in records] == [
+        ("fail", "platform"), ("pass", None), ("pass", None)]
+    assert records[0]["firmware_ram_changes"][0].startswith("firmware changed RAM across S3: page 0x808000")
+    assert records[0]["profile"] == "q35-ovmf" and records[0]["firmware_errata"] == ""
+
+
+def test_a_ramguard_line_still_judges_a_cycle_whose_report_the_damage_killed(tmp_path):
+    """The clobbered page killed pmlab-cycle and init: no report, the job
+    ended. The cycle is the platform's fail (not a lab error), the rest lost."""
+    entries = _with_ramguard_line(_entries())
+    at = next(i for i, e in enumerate(entries) if e.get("msg") == RAMGUARD)
+    cut = entries[:at + 1] + [{"dt": entries[at]["dt"], "lvl": "target",
+                               "msg": "[    5.2] init[1]: segfault at 20 ip 0000000000525014 error 6"}]
+    rundir = RunDir(str(tmp_path), "r", link_latest=False)
+    records, lost = jobs.cycle_records(PLAN, cut, "r", 1, JOB, rundir, "q35-ovmf")
+    assert [(r["cycle"], r["verdict"], r["phase"]) for r in records] == [(1, "fail", "platform")]
+    assert records[0]["firmware_errata"] == "memmap=4K$0x808000"
+    assert [number for number, _, _ in lost] == [2, 3]

@@ -10,7 +10,12 @@ line.
   /usr/bin/python3 -m pipelines.lava.byhand --mode mem/rtc [--inject ...]
         [--job-log RUN/lava/job-N.log.yaml] [--drop OPTION]... [--add 'ARGS']
         [--pad N] [--append TEXT] [--cycles 1] [--runs 1] [--console-dir DIR]
-        [--watch ADDRESS]...
+        [--watch ADDRESS]... [--no-firmware-errata]
+
+The plan's command line is a q35-ovmf job's (pipelines.lava.jobs.kernel_args):
+with the profile's firmware erratum (memmap=4K$0x808000, lab/virt.py
+PROFILES) that keeps OVMF's S3 damage off the guest; --no-firmware-errata
+leaves it off, as the jobs had it before, and reproduces the damage.
 
 Prints one line per run: "pass" (the first --cycles reports arrived, none
 with a segfault before them), "segfault: LINE" or "timeout". --watch
@@ -256,6 +261,8 @@ def main(argv=None):
     parser.add_argument("--watch", action="append", default=[], type=lambda text: int(text, 0) & ~(PAGE - 1),
                         help="a guest physical page to compare across the first S3 resume (QMP pmemsave)")
     parser.add_argument("--dry-run", action="store_true", help="print the QEMU command line only")
+    parser.add_argument("--no-firmware-errata", dest="firmware_errata", action="store_false",
+                        help="the plan's command line without q35-ovmf's firmware errata (lab/virt.py PROFILES)")
     args = parser.parse_args(argv)
     if args.append is None and not args.mode:
         parser.error("--mode (a plan) or --append (a command line) is needed")
@@ -264,7 +271,8 @@ def main(argv=None):
             print(f"lava/byhand: {args.artifacts}/{base} missing (--artifacts DIR: the build's out directory)",
                   file=sys.stderr)
             return 2
-    append = args.append or jobs.kernel_args(jobs.plan_from(args.mode, args.inject))
+    append = args.append or jobs.kernel_args(jobs.plan_from(args.mode, args.inject), "q35-ovmf",
+                                             args.firmware_errata)
     if args.pad:
         append += " pmlab.pad=" + "0" * args.pad
     work = tempfile.mkdtemp(prefix="pmlab-byhand-")

@@ -31,6 +31,15 @@ next boot action relaunches QEMU on the same swap disk and the image is
 resumed) and pm_test-*. Refused: freeze (no power button), mem/pmwakeup (no
 QMP), disk/reboot, and "boot" knobs (the kernel command line of a LAVA job
 is the same for every boot).
+
+A job runs on one machine profile, named by its device tags (each device of
+lab-up's is tagged with its profile: q35-ovmf, pc-seabios): its kernel
+command line carries that profile's words from lab/virt.py PROFILES, the
+same as a libvirt guest's (lab/guest.py): the firmware errata
+(lab.virt.errata_cmdline; q35-ovmf: memmap=4K$0x808000, --no-firmware-errata
+leaves it off) and pmtest_ramguard's window (lab.virt.ramguard_cmdline). A
+pmtest_ramguard line in a cycle's console is the platform's fail
+(lab.cycle.judge), even when the damage killed the cycle's report.
 """
 
 import argparse
@@ -55,6 +64,7 @@ from lab import console, guest_report, modes  # noqa: E402
 from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
 from lab.guest import BASE_CMDLINE  # noqa: E402
 from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
+from lab import virt  # noqa: E402
 from lab.virt import LabError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,18 +110,36 @@ def check_knobs(number, knobs):
 
 # ------------------------------------------------------------------ jobs
 
-def kernel_args(plan):
-    """The guest's command line for `plan` [(number, mode, knobs)]."""
+def job_profile(tags):
+    """The machine profile (lab.virt.PROFILES) a job with device `tags` runs
+    on: exactly one of the tags must name one. Its kernel command line
+    depends on the profile (firmware errata, pmtest_ramguard's window), so a
+    job that could land on either profile's devices is refused: ask for one
+    profile per job (run it twice for both)."""
+    named = [tag for tag in tags if tag in virt.PROFILES]
+    if len(named) != 1:
+        raise LabError(f"the LAVA job's tags {list(tags)} must name exactly one machine profile "
+                       f"({', '.join(virt.PROFILES)}): the kernel command line carries the profile's "
+                       f"firmware errata and pmtest_ramguard words (lab/virt.py PROFILES)")
+    return named[0]
+
+
+def kernel_args(plan, profile="q35-ovmf", firmware_errata=True):
+    """The guest's command line for `plan` [(number, mode, knobs)] on a
+    device of `profile`: the words of a libvirt guest's (lab/guest.py), from
+    the same place (lab/virt.py PROFILES), then the plan."""
     lines = "".join(cycle_arguments(mode, number, knobs) + "\n" for number, mode, knobs in plan)
     encoded = base64.b64encode(gzip.compress(lines.encode(), mtime=0)).decode()
-    args = f"{BASE_CMDLINE} pmlab.mode=lava pmlab.plan={encoded}"
+    errata = virt.errata_cmdline(profile) if firmware_errata else ""
+    args = " ".join(word for word in (BASE_CMDLINE, errata, virt.ramguard_cmdline(profile),
+                                      f"pmlab.mode=lava pmlab.plan={encoded}") if word)
     if len(args) > 2000:  # x86 COMMAND_LINE_SIZE is 2048
         raise LabError(f"a LAVA job of {len(plan)} cycles does not fit on the kernel command line; "
                        f"split the plan into more jobs")
     return args
 
 
-def render_job(plan, artifacts_dir, job_name, tags=()):
+def render_job(plan, artifacts_dir, job_name, tags=("q35-ovmf",), firmware_errata=True):
     import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -125,7 +153,7 @@ def render_job(plan, artifacts_dir, job_name, tags=()):
     boot_minutes = 4
     text = env.get_template("job-cycles.yaml").render(
         job_name=job_name, tags=list(tags), artifacts_url="file://" + os.path.abspath(artifacts_dir),
-        kernel_args=kernel_args(plan), boot_minutes=boot_minutes, test_minutes=test_minutes,
+        kernel_args=kernel_args(plan, job_profile(tags), firmware_errata), boot_minutes=boot_minutes, test_minutes=test_minutes,
         segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10)
     yaml.safe_load(text)
     return text
@@ -329,7 +357,7 @@ def console_events(mode, evidence, stamp, relaunches=0, report=None):
     return events
 
 
-def cycle_records(plan, entries, run_id, job_id, job, rundir):
+def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firmware_errata=True):
     """Final records of `plan`'s cycles from one job's log. Returns
     (records, lost): lost are the plan entries the job never started (no
     kernel begin marker on the console); they get no record here. A cycle
@@ -345,6 +373,9 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
                   "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
                   "lava_job": job_id, "guest": device, "worker": job.get("worker"),
                   "knobs": [list(k) for k in knobs]}
+        if profile:  # as lab.session's records
+            record.update(profile=profile,
+                          firmware_errata=virt.errata_cmdline(profile) if firmware_errata else "")
         frame = found.get(number)
         marker = console.BEGIN.format(cycle=number)
         begin_index = next((index for index, text in enumerate(texts)
@@ -354,10 +385,15 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir):
             continue
         end_index = frame["end_index"] if frame else len(texts)
         relaunches = sum(1 for at in launches if begin_index is not None and begin_index < at <= end_index)
-        if frame is None and mode.kind == "disk" and relaunches and any(
-                FRESH_BOOT in text for text in texts[begin_index:]):
+        lost_report = frame is None or frame["report"] is None
+        fresh_boot = frame is None and mode.kind == "disk" and relaunches and any(
+            FRESH_BOOT in text for text in texts[begin_index:])
+        damaged = lost_report and console.firmware_ram_changes(console.cycle_lines(texts, number))
+        if fresh_boot or damaged:
             # QEMU was launched again and the guest booted afresh instead of
-            # resuming the image: the kernel's failure, judged as libvirt's is.
+            # resuming the image: the kernel's failure; or pmtest_ramguard saw
+            # the firmware change the OS's RAM across the S3 resume and the
+            # report died of it: the platform's. Judged as libvirt judges them.
             evidence = console.cycle_lines(texts, number)
             events = console_events(mode, evidence, time.time(), relaunches)
             record.update(**{EVENTS_FIELD: events}, events_source=EVENTS_SOURCE, timeline=[])
@@ -412,11 +448,13 @@ def split(plan, jobs):
 
 
 def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
-             poll_seconds=5, on_submitted=None, log=print, run_id=None):
+             poll_seconds=5, on_submitted=None, log=print, run_id=None, firmware_errata=True):
     """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
     every cycle into `rundir` (lab.records.RunDir). Cycles a job never began
-    are resubmitted up to `retries` times. Returns the final records, one
-    per planned cycle."""
+    are resubmitted up to `retries` times. `tags` name the machine profile
+    (job_profile); firmware_errata=False leaves its errata off the kernel
+    command line. Returns the final records, one per planned cycle."""
+    profile = job_profile(tags)
     for number, mode, knobs in plan:
         check_mode(mode)
         check_knobs(number, knobs)
@@ -427,7 +465,7 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         running = {}
         for part in split(pending, jobs):
             name = f"pmlab {rundir.run_id} cycles {part[0][0]}-{part[-1][0]}" + (f" retry {attempt}" if attempt else "")
-            text = render_job(part, artifacts, name, tags)
+            text = render_job(part, artifacts, name, tags, firmware_errata)
             job_id = patiently(submit, identity, text, log=log)
             with open(rundir.file("lava", f"job-{job_id}.yaml"), "w") as out:
                 out.write(text)
@@ -448,7 +486,8 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
                     job["worker"] = patiently(device_worker, identity, job["device"], log=log)
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
-                records, lost = cycle_records(part, entries, run_id, job_id, job, rundir)
+                records, lost = cycle_records(part, entries, run_id, job_id, job, rundir, profile,
+                                              firmware_errata)
                 for record in records:
                     rundir.append(record)
                     final[record["cycle"]] = record
@@ -491,6 +530,8 @@ def main(argv=None):
     parser.add_argument("--identity", default="pmlab", help="lavacli identity (lavacli identities add)")
     parser.add_argument("--tags", default="q35-ovmf", help="device tags the jobs ask for, comma-separated")
     parser.add_argument("--retries", type=int, default=1)
+    parser.add_argument("--no-firmware-errata", dest="firmware_errata", action="store_false",
+                        help="boot without the profile's firmware errata (lab/virt.py PROFILES), as lab.run's")
     args = parser.parse_args(argv)
     try:
         plan = plan_from(args.mode, args.inject)
@@ -498,7 +539,8 @@ def main(argv=None):
         rundir = RunDir(args.results, run_id)
         artifacts = prepare_artifacts(args.artifacts, rundir.file("artifacts"))
         records = run_plan(plan, rundir, artifacts, args.identity, args.jobs,
-                           [t for t in args.tags.split(",") if t], args.retries)
+                           [t for t in args.tags.split(",") if t], args.retries,
+                           firmware_errata=args.firmware_errata)
     except (LabError, LavaError) as error:
         print(f"lava/jobs: {error}", file=sys.stderr)
         return 2
