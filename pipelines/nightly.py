@@ -292,7 +292,7 @@ def lava_chunk(args, rundir, run_id, numbers, chunk_modes):
             for n, m in zip(numbers, chunk_modes)]
     lava_jobs.run_plan(plan, rundir, artifacts_dir, args.lava_identity, args.lava_jobs,
                        [t for t in args.lava_tags.split(",") if t], run_id=run_id,
-                       log=lambda text: log(PROG, text))
+                       log=lambda text: log(PROG, text), firmware_errata=getattr(args, "firmware_errata", True))
     return read_cycles(rundir.cycles_path)
 
 
