@@ -367,6 +367,8 @@ def test_agent_stream_survives_damage_in_any_chunks(data, sizes):
 DIGESTS = {
     'report-disk-reboot.txt.gz': '4cdb1e257d55933dbbd139f18dac91241860465da7cdddfb3ad813902d7c6231',
     'report-disk.txt.gz': '8a08fe73f7cf7046c0f2e0222206d9412fc9dd75e557ee4445ec69c564d334f1',
+    'report-freeze-dmesg.txt.gz': '190370ea92d55435e73c61c09ebfd960ea0ac4f41318dae3f2ac00f81fffd9c8',
+    'report-freeze-early-press.txt.gz': 'e074cd80f98fcd0a97eaca9177d4b02fcce8dcfe8c2f5ec1465938e7a9d5eddc',
     'report-freeze.txt.gz': '8457720d63325aa6f011d3f12e3970b2327a9b18beb76f6de5fb405c349dd99f',
     'report-mem-fault-resume.txt.gz': 'e1401659e15447f3d01a72b0f007a982322385456b4b80793fa27afdeb12122a',
     'report-mem-fault-suspend.txt.gz': '092da2a08cad61b6aaf8ed425fa9de20cc524d9c8ad3d0f471eaaea4fb19c01b',
