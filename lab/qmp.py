@@ -6,19 +6,25 @@ import socket
 import time
 
 
+def connect(path, timeout):
+    """A socket connected to QEMU's QMP socket at `path`, retried until
+    QEMU has made it or `timeout` seconds passed (then OSError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class QMP:
     def __init__(self, path, timeout=60):
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.connect(path)
-                break
-            except OSError:
-                self.sock.close()
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        self.sock = connect(path, timeout)
         self.file = self.sock.makefile("rwb", buffering=0)
         self.events = []
         self._read()  # greeting

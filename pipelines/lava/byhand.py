@@ -37,7 +37,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from lab import qmp  # noqa: E402
 from pipelines.lava import jobs  # noqa: E402
 
 # What Debian's qemu.jinja2 renders with pipelines/lava/devices/q35-ovmf.jinja2
@@ -74,17 +74,7 @@ class Qmp:
     the moment an event arrives (`on`), from the reading thread."""
 
     def __init__(self, path, on=None, timeout=30):
-        deadline = time.monotonic() + timeout
-        while True:
-            self.sock = socket.socket(socket.AF_UNIX)
-            try:
-                self.sock.connect(path)
-                break
-            except OSError:
-                self.sock.close()
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        self.sock = qmp.connect(path, timeout)
         self.reader, self.writer = self.sock.makefile("r"), self.sock.makefile("w")
         self.on, self.sent, self.answers = dict(on or {}), 0, 0
         self.lock, self.answered = threading.Lock(), threading.Condition()
