@@ -211,8 +211,10 @@ def lab_errors(cycles):
     """The lab's own failures, apart from the kernel's: how many cycles the
     lab failed (verdict error) against the budget, and per cause (the error
     bucket, dashboards/buckets.py) their count, modes and an example. They
-    are never in the pass rate; a cycle rerun after one (rerun_of) is."""
-    errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == "error"]
+    are never in the pass rate; a cycle rerun after one (rerun_of) is. An
+    error provoked on purpose (a test's early press) is no lab problem:
+    counted with the injected cycles, not here."""
+    errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == "error" and not injected(c)]
     causes = {}
     for cycle in errors:
         cause = buckets.verdict_bucket(cycle)[len("error:"):]
