@@ -217,7 +217,7 @@ def lab_errors(cycles):
     errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == "error" and not injected(c)]
     causes = {}
     for cycle in errors:
-        cause = buckets.verdict_bucket(cycle)[len("error:"):]
+        cause = buckets.error_class(cycle["reason"])
         entry = causes.get(cause)
         if entry is None:
             entry = causes[cause] = {"cause": cause, "count": 0, "modes": {}, "reason": cycle["reason"],

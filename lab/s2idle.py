@@ -40,6 +40,9 @@ BUTTON_SOURCE = re.compile(r"^(LNXPWRBN|PNP0C0C):")
 # long without idling was not waiting for the lab, and fails.
 PRESS_RACE_SECONDS = 2.0
 
+# The reason of the lab's error; its first part is the dashboard's cause.
+EARLY_PRESS = "power button pressed before the guest's first suspend-to-idle idle"
+
 LINE = re.compile(r"^\[\s*(\d+\.\d+)\] (.*)$")
 
 
@@ -91,13 +94,12 @@ def pressed_before_idle(found, suspend_failed):
         # Aborted before the loop: only a press the guest itself counted
         # (the button's wakeup source) pins it on the lab.
         if suspend_failed and found["button_events"]:
-            return ("power button pressed before the guest's first suspend-to-idle idle: a wakeup pending "
-                    "before the loop aborted the suspend (the guest counted "
+            return (f"{EARLY_PRESS}: a wakeup pending before the loop aborted the suspend (the guest counted "
                     f"{found['button_events']} power button event(s)); the kernel did what it must")
         return None
     if found["wake"] and found["wake"].endswith(BUTTON_WAKE) and found["wake_after_loop_s"] is not None \
             and found["wake_after_loop_s"] <= PRESS_RACE_SECONDS:
-        return ("power button pressed before the guest's first suspend-to-idle idle: the press ended "
+        return (f"{EARLY_PRESS}: the press ended "
                 f"s2idle_loop {found['wake_after_loop_s'] * 1000:.1f} ms after it began, before "
                 "s2idle_enter(); the kernel did what it must")
     return None
