@@ -9,6 +9,8 @@ one verdict bucket plus flag buckets:
                                        errno from the callbacks (lab.records), else
                                        suspend_stats, else the record's
                                        failed_callbacks, lab.records)
+    fail-in-device-check:<device>      a device guest's device did not work after
+                                       the resume (lab/devices.py)
     fail-in-<phase>                    failed, no failing device known
     fake-sleep                         "echo mem" returned but there is no proof
                                        the guest slept (lab phase "sleep")
@@ -23,6 +25,8 @@ one verdict bucket plus flag buckets:
     ordering-violation[:<rule>]        the record's ordering_violations list, or
                                        a console line from the PM core about
                                        order ("... should not be sleeping")
+    device-not-working:<device>        a device guest's probe of that device
+                                       failed after the cycle (lab/devices.py)
 """
 
 import errno
@@ -32,7 +36,7 @@ import re
 from lab.console import ORDERING
 
 VERDICT_KINDS = ("fail", "fake-sleep", "hang", "unfinished", "error")
-FLAG_KINDS = ("kernel-warning", "ordering-violation")
+FLAG_KINDS = ("kernel-warning", "ordering-violation", "device-not-working")
 
 KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
 ORDERING_LINE = ORDERING  # lab.console's: a passing cycle's record keeps such lines under --keep failures
@@ -101,6 +105,9 @@ def verdict_bucket(cycle):
     phase = phase_token(cycle["phase"])
     if phase == "sleep" or (cycle["reason"] or "").startswith("no proof of sleep"):
         return "fake-sleep"
+    broken = [probe["device"] for probe in cycle.get("probes", ()) if not probe["ok"]]
+    if phase == "device-check" and broken:  # lab.devices.PHASE: the device that did not work
+        return f"fail-in-{phase}:{broken[0]}"
     failing = failing_device(cycle)
     if failing:
         return f"fail-in-{phase}:{failing[0]}:{errno_name(failing[1])}"
@@ -116,6 +123,8 @@ def flag_buckets(cycle):
         flags.add(f"ordering-violation:{rule}" if isinstance(rule, str) and rule else "ordering-violation")
     if any(ORDERING_LINE.search(line) for line in cycle["problems"] + cycle["evidence"]):
         flags.add("ordering-violation")
+    # a device guest's device that did not work after this cycle, whatever its verdict
+    flags.update(f"device-not-working:{probe['device']}" for probe in cycle.get("probes", ()) if not probe["ok"])
     return flags
 
 
@@ -129,7 +138,7 @@ def classify(cycle):
 
 def kind_of(bucket):
     """The family of a bucket name (for the page's colours and filters)."""
-    for kind in ("fake-sleep", "unfinished", "kernel-warning", "ordering-violation"):
+    for kind in ("fake-sleep", "unfinished", "kernel-warning", "ordering-violation", "device-not-working"):
         if bucket == kind or bucket.startswith(kind + ":"):
             return kind
     if bucket.startswith("fail-in-"):

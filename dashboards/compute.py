@@ -14,6 +14,12 @@ Sections (dashboards/schema/dashboard.v1.json):
   lab_errors   the lab's failures (verdict error) apart from the kernel's:
                their share of the cycles against LAB_ERROR_BUDGET, reruns,
                and per cause (the error bucket) count, modes, first / last.
+  works_after_resume
+               a device guest's devices (lab/devices.py): per device its
+               probes after a resume, the works-after-resume rate and its
+               Wilson interval (lab.records.works_rate), per mode, probe
+               time, first / last failure; the real drivers' slowest
+               callbacks (latency rows of lab.devices.TRACE_DRIVERS).
   failures     every cycle that did not pass, oldest first (the newest 500).
   latency      per device and PM phase: callback time median / p95 / max (us)
                from the records' callbacks field, and the cycle of the max
@@ -59,7 +65,7 @@ import statistics
 import sys
 
 from dashboards import buckets, inputs as inputs_module
-from lab import files, records
+from lab import devices, files, records
 from lab.kernels import DEFAULT_SPEC
 from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
 
@@ -232,6 +238,42 @@ def lab_errors(cycles):
             "share": round(share, 4), "over_budget": share > LAB_ERROR_BUDGET,
             "reruns": sum(c["rerun_of"] is not None for c in cycles),
             "causes": sorted(causes.values(), key=lambda e: (-e["count"], e["cause"]))}
+
+
+def works_after_resume(cycles, latency_section):
+    """A device guest's devices (lab/devices.py): per device, how often its
+    probe passed after a resume (lab.records.works_rate, the one
+    definition) overall and per mode, its probe time, its first and last
+    failure with the error; and the slowest callbacks of the real drivers
+    (the latency section's rows whose driver is one of theirs)."""
+    per_device = {}
+    for cycle in sorted(cycles, key=order_key):
+        for probe in cycle["probes"]:
+            entry = per_device.setdefault(probe["device"], {"device": probe["device"], "probe": probe["probe"],
+                                                            "all": [], "modes": {}, "ms": [],
+                                                            "first_failure": None, "last_failure": None})
+            entry["all"].append(probe)
+            entry["modes"].setdefault(cycle["mode"], []).append(probe)
+            if probe["ms"] is not None:
+                entry["ms"].append(probe["ms"])
+            if not probe["ok"]:
+                failure = dict(occurrence(cycle), error=probe["error"])
+                entry["first_failure"] = entry["first_failure"] or failure
+                entry["last_failure"] = failure
+    rows = []
+    for name in sorted(per_device):
+        entry = per_device[name]
+        rows.append({"device": name, "probe": entry["probe"], **records.works_rate(entry["all"]),
+                     "modes": {mode: records.works_rate(probes) for mode, probes in sorted(entry["modes"].items())},
+                     "probe_ms": distribution(entry["ms"]) if entry["ms"] else None,
+                     "first_failure": entry["first_failure"], "last_failure": entry["last_failure"]})
+    real = sorted(({"device": device, "driver": block["driver"], "phase": phase, **stats}
+                   for device, block in latency_section["devices"].items()
+                   if set((block["driver"] or "").split(",")) & devices.TRACE_DRIVERS
+                   for phase, stats in block["phases"].items() if stats["n"]),
+                  key=lambda r: (-r["p95"], -r["max"], r["device"], r["phase"]))
+    return {"definition": records.WORKS_RATE_DEFINITION, "devices": rows,
+            "cycles": sum(1 for c in cycles if c["probes"]), "slowest_callbacks": real[:TOP_N]}
 
 
 def failures(cycles):
@@ -602,6 +644,7 @@ def build(loaded, kernel_latency=None):
             per_kernel.setdefault(kernel_key(cycle), []).append(record)
         kernel_latency = {key: latency_counts(group) for key, group in per_kernel.items()}
     latency_counted = merge_latency_counts(kernel_latency.values())
+    latency_section = latency(latency_counted)
     return {
         "schema": SCHEMA,
         "inputs": {"cycles": len(cycles), "runs": len({c["run_id"] for c in cycles}),
@@ -615,7 +658,8 @@ def build(loaded, kernel_latency=None):
         "buckets": bucket_section(cycles),
         "lab_errors": lab_errors(cycles),
         "failures": failures(cycles),
-        "latency": latency(latency_counted),
+        "latency": latency_section,
+        "works_after_resume": works_after_resume(cycles, latency_section),
         "timing": timing(cycles),
         "host_time": host_time(cycles),
         "harness_memory": harness_memory(cycles),
@@ -640,7 +684,7 @@ def build(loaded, kernel_latency=None):
 CACHE_FILE = "dashboard-cache.json"
 CODE_FILES = ("dashboards/compute.py", "dashboards/inputs.py", "dashboards/buckets.py", "dashboards/schemas.py",
               "dashboards/schema/" + inputs_module.schemas.CYCLE_RECORD, "dashboards/schema/run-manifest.v1.json",
-              "lab/records.py", "lab/trace.py", "lab/console.py")
+              "lab/records.py", "lab/trace.py", "lab/console.py", "lab/devices.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -195,7 +195,17 @@ def normalise(record, default_run_id, manifest):
         "harness_rss_kib": _int(record.get("harness_rss_kib")),
         "harness_pid": _int(record.get("harness_pid")),
         "rerun_of": _int(record.get("rerun_of")),  # a rerun of a cycle the lab failed (lab.session)
+        "devices": _str(record.get("devices")) or "lean",  # the guest's device set (lab/devices.py)
+        "probes": _probes(record.get("probes")) if done else [],
     }
+
+
+def _probes(value):
+    """A device guest's probes (lab.devices.parse_probes), as the schema typed them."""
+    if not isinstance(value, list):
+        return []
+    return [{"device": p["device"], "probe": p["probe"], "ok": p["ok"], "ms": _int(p.get("ms")),
+             "error": _str(p.get("error"))} for p in value if isinstance(p, dict)]
 
 
 def _is_number(value):

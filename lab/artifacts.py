@@ -12,7 +12,9 @@ DEFAULT_DIR = os.path.join(REPO, "build", "out")
 BASELINE_DIR = os.path.join(REPO, "build", "baseline", "out")
 # What kernel/build and lab/build-initramfs write: a copy with these (and
 # modules/) boots the same guest as the original.
-FILES = ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml", "manifest.json", "config", "compile.env")
+DEVICES_INITRD = "initramfs-devices.cpio.gz"
+FILES = ("bzImage", "initramfs.cpio.gz", "initramfs-devices.cpio.gz", "pmtest-ssdt.aml", "manifest.json", "config",
+         "compile.env")
 
 
 @dataclass
@@ -23,6 +25,27 @@ class Artifacts:
     manifest: dict = field(default_factory=dict)
     modules: list = field(default_factory=list)
     ssdt: str = None   # pmtest's ACPI table (pmtest-ssdt.aml), None for a kernel without pmtest
+    # what a device guest appends to initrd: the kernel's driver modules and
+    # the probes' tools (guest/make-initramfs), None when not built
+    devices_initrd: str = None
+
+    def initrd_for(self, device_set):
+        """The initramfs a guest of `device_set` (lab/devices.py) boots:
+        a local file; the zoo's is written next to the artifacts once."""
+        if device_set == "lean":
+            return self.initrd
+        if not self.devices_initrd:
+            raise LabError(f"--devices {device_set} needs {os.path.join(self.directory, DEVICES_INITRD)} "
+                           "(lab/build-initramfs writes it from the kernel's driver modules)")
+        combined = os.path.join(self.directory, "initramfs+devices.cpio.gz")
+        newest = max(os.path.getmtime(self.initrd), os.path.getmtime(self.devices_initrd))
+        if not os.path.isfile(combined) or os.path.getmtime(combined) < newest:
+            with open(combined + ".tmp", "wb") as target:  # the kernel unpacks both archives in turn
+                for part in (self.initrd, self.devices_initrd):
+                    with open(part, "rb") as source:
+                        shutil.copyfileobj(source, target)
+            os.replace(combined + ".tmp", combined)
+        return combined
 
 
 def find(directory=DEFAULT_DIR):
@@ -61,8 +84,10 @@ def find(directory=DEFAULT_DIR):
     ssdt = os.path.join(directory, "pmtest-ssdt.aml")
     if "pmtest.ko" in modules and not os.path.isfile(ssdt):
         raise LabError(f"missing {ssdt}: the pmtest ACPI devices need it (build it with {build_kernel})")
+    devices_initrd = os.path.join(directory, DEVICES_INITRD)
     return Artifacts(directory, kernel, initrd, manifest, modules,
-                     ssdt if os.path.isfile(ssdt) else None)
+                     ssdt if os.path.isfile(ssdt) else None,
+                     devices_initrd if os.path.isfile(devices_initrd) else None)
 
 
 def copy(source, target):

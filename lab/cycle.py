@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 
 import libvirt
 
-from lab import console, guest_report, pmtest_log, records, s2idle, sleepgraph, trace
+from lab import console, devices, guest_report, pmtest_log, records, s2idle, sleepgraph, trace
 from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
@@ -90,9 +90,11 @@ class Hang(Exception):
 class Cycle:
     """State of one cycle while it runs."""
 
-    def __init__(self, guest, mode, number, watchdogs, knobs=(), started=None, press=PowerButtonPress()):
+    def __init__(self, guest, mode, number, watchdogs, knobs=(), started=None, press=PowerButtonPress(),
+                 while_asleep=None):
         self.started = started or time.time()  # the record's host_start: host_phases' "start"
         self.press = press
+        self.while_asleep = while_asleep  # called with the guest while an S3 guest sleeps
         self.guest = guest
         self.mode = mode
         self.number = number
@@ -125,7 +127,8 @@ class Cycle:
         return result
 
     def command(self):
-        return "pmlab-cycle " + cycle_arguments(self.mode, self.number, self.knobs, self.token)
+        return "pmlab-cycle " + cycle_arguments(self.mode, self.number, self.knobs, self.token,
+                                                devices.probe_arguments(getattr(self.guest, "device_set", "lean")))
 
     # --------------------------------------------------------------- waiting
 
@@ -172,6 +175,9 @@ class Cycle:
         if asleep is None and not self.replied():
             raise Hang("suspend", f"guest not asleep (no PMSuspended event) within {w.suspend:.0f}s")
         if asleep is not None:
+            if self.while_asleep is not None:
+                self.while_asleep(self.guest)
+                self.note("while-asleep-done")
             if self.mode.wake == "pmwakeup":
                 self.sent("pmwakeup-sent", self.guest.pm_wakeup)
             elif self.wait_event({"pmwakeup"}, RTC_WAKE_SECONDS + w.resume, self.not_running) is None:
@@ -226,10 +232,12 @@ class Cycle:
         return self.wait_reply("suspend", w.suspend + w.resume, self.not_running)
 
 
-def cycle_arguments(mode, number, knobs=(), token=None):
+def cycle_arguments(mode, number, knobs=(), token=None, probes=()):
     """guest/pmlab-cycle's arguments for one cycle, shell-quoted: what the
     agent runs, and (without the token, which the guest draws) a line of a
-    LAVA job's plan (pipelines/lava)."""
+    LAVA job's plan (pipelines/lava). `probes`: a device guest's
+    DEVICE:PROBE words (lab.devices.probe_arguments), probed after the
+    resume."""
     args = [f"cycle={number}", f"state={mode.state}", f"pm_test={mode.pm_test}"]
     if token is not None:
         args.append(f"token={token}")
@@ -238,6 +246,8 @@ def cycle_arguments(mode, number, knobs=(), token=None):
     if mode.wake == "rtc":
         args.append(f"rtc={RTC_WAKE_SECONDS}")
     args += [f"knob.{name}={value}" for name, value in knobs]
+    if probes:
+        args.append("probes=" + ",".join(probes))
     return " ".join(quote(arg) for arg in args)
 
 
@@ -295,6 +305,10 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     failed = trace.failed_callbacks(sequences)
     if failed:  # as fields, for the buckets; the reason says it in words
         result["failed_callbacks"] = [{"device": device, "cb": cb, "err": err} for device, cb, err in failed]
+    broken = []
+    if "probes" in parts:  # a device guest: does every device still work?
+        result["probes"] = devices.parse_probes(parts["probes"])
+        broken = devices.broken(result["probes"])
     entered = int(enter.get("status", "1"))
     result["enter_status"] = entered
     pressed = "powerbutton-sent" in dict(timeline)  # that the lab pressed; never when (host clock)
@@ -312,7 +326,10 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
         result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
                       reason=f"writing '{mode.state}' to /sys/power/state failed: "
                              f"{enter.get('error') or 'status ' + str(entered)}"
-                             + (f"; failed callbacks: {_described(failed)}" if failed else ""))
+                             + (f"; failed callbacks: {_described(failed)}" if failed else "")
+                      + (f"; devices not working afterwards: {_broken(broken)}" if broken else ""))
+        if broken:
+            result["broken_devices"] = [device for device, _, _ in broken]
         return result
 
     missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
@@ -321,12 +338,20 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     elif failed:
         result.update(verdict="fail", phase=trace.phase_of(failed[0][1]),
                       reason=f"callbacks returned errors: {_described(failed)}")
+    elif broken:
+        result.update(verdict="fail", phase=devices.PHASE, broken_devices=[device for device, _, _ in broken],
+                      reason=f"devices not working after the resume: {_broken(broken)}")
     elif result["problems"]:
         result.update(verdict="fail", phase=result.get("last_phase") or "resume",
                       reason=f"kernel reported problems: {result['problems'][:5]}")
     else:
         result.update(verdict="pass", phase=None, reason=None)
     return result
+
+
+def _broken(broken):
+    """Devices whose probe failed, in words: "nvme-disk (disk): no block device; ..."."""
+    return "; ".join(f"{device} ({probe}): {error}" for device, probe, error in broken)
 
 
 def _described(failed):
@@ -475,7 +500,8 @@ class DrivenCycle:
         return record
 
 
-def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, press=PowerButtonPress()):
+def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, press=PowerButtonPress(),
+                while_asleep=None):
     """Append the cycle's started record, drive it and take from the guest
     what judging needs. A hang or lab error gets its verdict here (its
     evidence is the guest's state, gone once the guest is destroyed); the
@@ -490,7 +516,7 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     record.update(meta or {})
     rundir.append(record)
 
-    cycle = Cycle(guest, mode, number, watchdogs, knobs, started, press)
+    cycle = Cycle(guest, mode, number, watchdogs, knobs, started, press, while_asleep)
     reply, hang, lab_error = None, None, None
     try:
         reply = cycle.drive()

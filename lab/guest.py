@@ -13,6 +13,7 @@ import libvirt
 from xml.sax.saxutils import escape
 
 from lab import console as console_text
+from lab import devices as device_sets
 from lab import virt
 from lab.guest_agent import Agent, AgentTimeout
 
@@ -29,6 +30,9 @@ IDLE_POLL_SECONDS = 0.005
 IDLE_RUN_NS = 200_000
 IDLE_TIMEOUT_SECONDS = 5.0
 CREATE_RETRY_SECONDS = 10
+# How long a fresh device guest may take to have every device working (USB
+# enumeration, the SCSI scan and the HDA codec probe are asynchronous).
+DEVICES_READY_SECONDS = 60
 
 
 class ConsoleCapture(virt.MarkedLog):
@@ -98,15 +102,16 @@ class GuestError(Exception):
 
 class Guest:
     def __init__(self, connection, name, artifacts, console_path, profile="q35-ovmf",
-                 cmdline_extra="", memory_mib=512, vcpus=1, firmware_errata=True):
+                 cmdline_extra="", memory_mib=512, vcpus=1, firmware_errata=True, device_set="lean"):
         self.connection = connection
         self.conn = connection.conn
         self.name = name
         self.artifacts = artifacts
         self.profile = profile
         errata = virt.errata_cmdline(profile) if firmware_errata else ""
-        self.cmdline = " ".join(w for w in (BASE_CMDLINE, errata, virt.ramguard_cmdline(profile), cmdline_extra)
-                                if w)
+        self.device_set = device_sets.check(device_set)
+        self.cmdline = " ".join(w for w in (BASE_CMDLINE, errata, virt.ramguard_cmdline(profile),
+                                            device_sets.modules_cmdline(device_set), cmdline_extra) if w)
         self.memory_mib = memory_mib
         self.vcpus = vcpus
         self.events = connection.events(name)
@@ -117,7 +122,11 @@ class Guest:
         self.xml = None
         self.boot_id = None
         self.boots = 0
-        self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES]  # kernel, initramfs, swap, ssdt
+        self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES[:4]]  # kernel, initramfs, swap, ssdt
+        self.scratch = {device: name + suffix for device, suffix in device_sets.scratch_volumes(device_set).items()}
+        self.volumes += list(self.scratch.values())
+        # the device probes' result after boot (wait_devices)
+        self.devices_ready = None
         self.pool = None
 
     # ------------------------------------------------------------ lifecycle
@@ -126,20 +135,43 @@ class Guest:
         """Upload the artifacts, create the domain and wait for the agent."""
         self.pool = virt.storage_pool(self.conn)
         kernel = virt.upload_volume(self.conn, self.pool, self.volumes[0], self.artifacts.kernel)
-        initrd = virt.upload_volume(self.conn, self.pool, self.volumes[1], self.artifacts.initrd)
+        initrd = virt.upload_volume(self.conn, self.pool, self.volumes[1],
+                                    self.artifacts.initrd_for(self.device_set))
         virt.blank_volume(self.pool, self.volumes[2], SWAP_BYTES)
         tables = []
         if self.artifacts.ssdt:
             tables.append(virt.upload_volume(self.conn, self.pool, self.volumes[3],
                                              self.artifacts.ssdt, mode=0o644).path())
+        # QEMU itself opens the scratch disks that QEMU arguments add (NVMe,
+        # SD): libvirt relabels only what the XML names, hence the mode.
+        scratch = {device: (volume, virt.blank_volume(self.pool, volume, device_sets.SCRATCH_BYTES,
+                                                      mode=0o666).path())
+                   for device, volume in self.scratch.items()}
         self.xml = virt.domain_xml(
             self.name, self.profile, kernel.path(), initrd.path(), self.cmdline, self.volumes[2],
             f"/var/log/libvirt/qemu/{self.name}-serial0.log", self.memory_mib, self.vcpus,
-            acpi_tables=tables)
+            acpi_tables=tables, device_set=self.device_set, scratch=scratch)
         flags = libvirt.VIR_DOMAIN_START_RESET_NVRAM if virt.PROFILES[self.profile]["loader"] else 0
         self._create(flags)
         self.boot_id = self.wait_agent(timeout)
+        self.wait_devices()
         return self.boot_id
+
+    def wait_devices(self, timeout=DEVICES_READY_SECONDS):
+        """On a device guest, wait until every device's probe passes once
+        (guest/pmlab-probe --wait); GuestError naming the devices that never
+        worked. Kept in devices_ready: the records' proof that the devices
+        worked before the first suspend."""
+        words = device_sets.probe_arguments(self.device_set)
+        if not words:
+            return
+        reply = self.agent.call(f"pmlab-probe --wait {timeout} {' '.join(words)}", timeout=timeout + 60)
+        self.devices_ready = device_sets.parse_probes(reply.output, asked=words)
+        broken = device_sets.broken(self.devices_ready)
+        if broken:
+            raise GuestError(f"guest {self.name}: devices not working after boot: " +
+                             "; ".join(f"{device} {probe}: {error}" for device, probe, error in broken) +
+                             "\nconsole tail:\n" + "\n".join(self.console.lines()[-30:]))
 
     def start_again(self, cmdline_extra=""):
         """Start the powered-off domain again (after hibernation, platform mode).

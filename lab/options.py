@@ -25,7 +25,7 @@ runs it as a process) and lab imports nothing above it.
 
 import os
 
-from lab import modes
+from lab import devices, modes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "results")
@@ -105,6 +105,10 @@ def add_guest(parser, defaults=None):
                         help="size of pmtest's platform device trees (full, compat, legacy, async): levels "
                              "below each root x children per device; pmtest's default 2x2 is 7 devices a tree "
                              "and 15 async; 1x1 (2 and 3) makes a fast soak")
+    parser.add_argument("--devices", default=defaults.get("devices"), choices=devices.SETS,
+                        help="the guest's devices (lab/devices.py): lean, the lab's own plumbing (default), or "
+                             "zoo, real USB, SATA, SCSI, NVMe, network, sound, MMC, watchdog, RNG and balloon "
+                             "devices through their in-tree drivers, each probed after every resume")
     parser.add_argument("--no-firmware-errata", dest="firmware_errata", action="store_false",
                         help="boot without the profile's firmware errata (lab/virt.py PROFILES: q35-ovmf "
                              "reserves the page Debian's OVMF clears on every S3 resume); pmtest_ramguard "
@@ -137,7 +141,7 @@ def pmtest_tree_cmdline(tree):
 def guest_argv(args):
     """The add_guest options given, as lab.run arguments."""
     out = []
-    for option in ("uri", "profile", "memory", "vcpus", "pmtest_tree"):
+    for option in ("uri", "profile", "memory", "vcpus", "pmtest_tree", "devices"):
         value = getattr(args, option, None)
         if value is not None:
             out += [f"--{option.replace('_', '-')}", str(value)]

@@ -629,6 +629,18 @@ def pass_rate(records):
             "rate": round(passed / judged, 4) if judged else None, "ci95": wilson(passed, judged)}
 
 
+WORKS_RATE_DEFINITION = ("a device guest's probes that passed / probes run after a resume (lab/devices.py; "
+                         "a device with no probe line counts as failed); ci95: Wilson score interval")
+
+
+def works_rate(probes):
+    """The one works-after-resume rate of a device's probes (the records'
+    "probes" entries): {"probes", "ok", "rate", "ci95"}."""
+    ok = sum(1 for probe in probes if probe.get("ok") is True)
+    return {"probes": len(probes), "ok": ok, "rate": round(ok / len(probes), 4) if probes else None,
+            "ci95": wilson(ok, len(probes))}
+
+
 def nearest_rank(ordered, fraction):
     """The nearest-rank percentile of an already sorted, non-empty list."""
     rank = max(1, math.ceil(fraction * len(ordered)))

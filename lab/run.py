@@ -37,9 +37,10 @@ def parse_injections(items):
         name, sep2, value = knob.partition("=")
         if not (sep and sep2 and number.isdigit() and name):
             raise virt.LabError(f"bad --inject '{item}': use CYCLE:KNOB=VALUE, e.g. '2:delay=* suspend 60000'")
-        if name not in ("fault", "delay", "child", "panic", "boot"):
+        if name not in ("fault", "delay", "child", "panic", "kfault", "boot"):
             raise virt.LabError(f"bad --inject '{item}': pmtest knobs are fault, delay, child and panic "
-                                "(boot: words for a hibernation restore's kernel command line)")
+                                "(kfault: any device's callback, pmtest_kfault.ko; boot: words for a "
+                                "hibernation restore's kernel command line)")
         out.setdefault(int(number), []).append((name, value))
     return out
 
@@ -49,7 +50,7 @@ def add_options(parser):
     options.add_modes(parser, "mem*10, freeze*5, disk*3")
     options.add_kernel(parser)
     options.add_guest(parser, {"uri": virt.DEFAULT_URI, "profile": "q35-ovmf", "profiles": sorted(virt.PROFILES),
-                               "memory": 512, "vcpus": 1})
+                               "memory": 512, "vcpus": 1, "devices": "lean"})
     options.add_inject(parser)
     options.add_results(parser)
     options.add_keep(parser, "full")
@@ -132,12 +133,13 @@ def main(argv=None):
     except OSError as error:
         print(f"lab.run: cannot create the run directory under {args.results}: {error}", file=sys.stderr)
         return 2
-    print(f"run {rundir.run_id}: {describe_plan(plan)} on {found.directory} ({args.profile}, {args.uri})",
-          flush=True)
+    print(f"run {rundir.run_id}: {describe_plan(plan)} on {found.directory} ({args.profile}, {args.uri}"
+          f"{', devices ' + args.devices if args.devices != 'lean' else ''})", flush=True)
     write_manifest(rundir, found.directory)
     session = Session(found, rundir, args.uri, args.profile, watchdogs, "w0",
                       args.memory, args.vcpus, connection=connection, sleepgraph_files=args.sleepgraph,
-                      pmtest_tree=args.pmtest_tree, firmware_errata=args.firmware_errata)
+                      pmtest_tree=args.pmtest_tree, firmware_errata=args.firmware_errata,
+                      device_set=args.devices)
     rss_start = rss_kib()
     last = 0
     # each cycle judged while the next one runs (Session.cycles)

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import libvirt
 
-from lab import options, virt
+from lab import devices, options, virt
 from lab.cycle import Watchdogs, drive_cycle, release_free_memory
 from lab.guest import Guest, GuestError
 from lab.records import injected, iso, state_of
@@ -21,7 +21,8 @@ TRIM_EVERY = 100
 class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
-                 connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True):
+                 connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True,
+                 device_set="lean"):
         if profile not in virt.PROFILES:
             raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -39,6 +40,9 @@ class Session:
         self.sleepgraph_files = sleepgraph_files  # every cycle's, not only those that did not pass
         # the profile's firmware errata on the kernel command line (lab.virt.PROFILES)
         self.firmware_errata = firmware_errata
+        if device_set not in devices.SETS:
+            raise virt.LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
+        self.device_set = device_set  # lab.devices: lean or zoo
         self.guest = None
         self.guests_booted = 0
         self.reconnects = 0
@@ -56,7 +60,7 @@ class Session:
         name = f"pmlab-{self.rundir.run_id}-{self.worker}-{self.guests_booted}"
         guest = Guest(self.connection, name, self.artifacts,
                       self.rundir.file("console", f"{name}.log"), self.profile,
-                      self.cmdline_extra, self.memory_mib, self.vcpus, self.firmware_errata)
+                      self.cmdline_extra, self.memory_mib, self.vcpus, self.firmware_errata, self.device_set)
         started = time.monotonic()
         try:
             guest.boot(self.watchdogs.boot)
@@ -78,14 +82,17 @@ class Session:
                            "modules": self.artifacts.modules},
                 "profile": self.profile, "worker": self.worker,
                 "firmware_errata": virt.errata_cmdline(self.profile) if self.firmware_errata else "",
+                "devices": self.device_set,
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
-    def cycle(self, mode, number, knobs=(), expect="pass", press=None):
+    def cycle(self, mode, number, knobs=(), expect="pass", press=None, while_asleep=None):
         """Run cycle `number`; always returns its final record. `expect`: the
         verdict the caller provoked on purpose (recorded, used by the summary);
         `press`: when a freeze cycle presses the power button
-        (lab.cycle.PowerButtonPress; a test presses early on purpose)."""
-        driven = self._drive(mode, number, knobs, expect, press=press)
+        (lab.cycle.PowerButtonPress; a test presses early on purpose);
+        `while_asleep(guest)`: called while an S3 guest sleeps, before the
+        wake (a test breaks a device on purpose)."""
+        driven = self._drive(mode, number, knobs, expect, press=press, while_asleep=while_asleep)
         if isinstance(driven, dict):
             return driven
         return self._finished(driven.finish(self.sleepgraph_files))
@@ -149,7 +156,7 @@ class Session:
             again.append((mode, knobs, expect, record.get("rerun_of", record["cycle"]), attempt + 1))
         return record
 
-    def _drive(self, mode, number, knobs, expect, extra_meta=None, press=None):
+    def _drive(self, mode, number, knobs, expect, extra_meta=None, press=None, while_asleep=None):
         """Boot a guest if there is none, then drive the cycle: its
         DrivenCycle, or the final record of a cycle that got no guest."""
         if self.guest is None:
@@ -174,7 +181,7 @@ class Session:
         meta.update(extra_meta or {})
         meta["expected_verdict"] = expect
         driven = drive_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta,
-                             **({"press": press} if press else {}))
+                             **({"press": press} if press else {}), while_asleep=while_asleep)
         if not driven.guest_usable:
             self._drop_guest()
         self.cycles_run += 1

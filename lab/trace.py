@@ -113,22 +113,45 @@ def phases_reached(events):
     return seen
 
 
-def device_id(driver, name):
+def device_id(driver, name, parent=None):
     """A device's identity: its name and its driver/bus string, "name (driver)".
     Names alone are not unique: an ACPI companion and its device share one
-    (PNP0A06:01 on acpi and on container). The oracle's trace calls use it
-    too (lab/oracle/observe.py)."""
+    (PNP0A06:01 on acpi and on container). A device with no driver, bus or
+    class string below a parent is named with that parent, "name@parent":
+    USB endpoints (ep_81) have one under every interface. The oracle's trace
+    calls use it too (lab/oracle/observe.py)."""
     driver = driver.strip()
-    return f"{name} ({driver})" if driver else name
+    if driver:
+        return f"{name} ({driver})"
+    return f"{name}@{parent}" if parent and parent != "none" else name
+
+
+class CallPairs:
+    """Pairs device_pm_callback_end events with their starts: an end names
+    the device and its driver string but not its parent, so it closes the
+    newest open call of that (driver, name) (async suspend interleaves
+    devices, never one device's own calls)."""
+
+    def __init__(self):
+        self._open = {}  # (driver, name) -> [(identity, call)]
+
+    def started(self, driver, name, identity, call):
+        self._open.setdefault((driver.strip(), name), []).append((identity, call))
+
+    def ended(self, driver, name):
+        """(identity, call) the end closes, or None."""
+        stack = self._open.get((driver.strip(), name))
+        return stack.pop() if stack else None
 
 
 def split_device_id(identity):
     """device_id() read back: (name, driver or None). A bare name (records
-    before version 2 keyed devices by name only) has no driver."""
+    before version 2 keyed devices by name only) has no driver; a
+    "name@parent" is the device name (x86 device names have no "@")."""
     if identity.endswith(")") and " (" in identity:
         name, _, driver = identity[:-1].rpartition(" (")
         return name, driver
-    return identity, None
+    return identity.partition("@")[0], None
 
 
 def callbacks(events):
@@ -137,7 +160,7 @@ def callbacks(events):
     Starts and ends pair per device (async suspend interleaves devices). A
     start without an end (a callback that never returned) has us/err None."""
     sequences = {}
-    open_calls = {}
+    pairs = CallPairs()
     for event in events:
         if event.name == "device_pm_callback_start":
             match = CALLBACK_START.match(event.body)
@@ -145,15 +168,15 @@ def callbacks(events):
                 continue
             call = {"cb": f"{match['info'].strip()}[{match['verb']}]", "driver": match["driver"],
                     "t": event.ts, "us": None, "err": None}
-            device = device_id(match["driver"], match["device"])
+            device = device_id(match["driver"], match["device"], match["parent"])
             sequences.setdefault(device, []).append(call)
-            open_calls.setdefault(device, []).append(call)
+            pairs.started(match["driver"], match["device"], device, call)
         elif event.name == "device_pm_callback_end":
             match = CALLBACK_END.match(event.body)
-            device = match and device_id(match["driver"], match["device"])
-            if not match or not open_calls.get(device):
+            opened = match and pairs.ended(match["driver"], match["device"])
+            if not opened:
                 continue
-            call = open_calls[device].pop()
+            call = opened[1]
             call["us"] = round((event.ts - call["t"]) * 1e6, 1)
             call["err"] = int(match["err"])
     return sequences

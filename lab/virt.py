@@ -17,6 +17,8 @@ from xml.sax.saxutils import escape
 
 import libvirt
 
+from lab import devices as device_sets
+
 DEFAULT_URI = "qemu:///system"
 POOL_NAME = "pmlab"
 POOL_PATH = "/var/lib/libvirt/pmlab"
@@ -354,12 +356,14 @@ def upload_volume(conn, pool, name, local_path, mode=None):
     return vol
 
 
-def blank_volume(pool, name, size_bytes):
-    """A new sparse, all-zero raw volume: a swap disk with no stale image on it."""
+def blank_volume(pool, name, size_bytes, mode=None):
+    """A new sparse, all-zero raw volume: a swap disk with no stale image on
+    it, a device guest's scratch disk. `mode` as upload_volume's."""
     _delete_volume(pool, name)
+    permissions = f"<permissions><mode>{mode:04o}</mode></permissions>" if mode is not None else ""
     return pool.createXML(
         f"<volume><name>{escape(name)}</name><capacity>{size_bytes}</capacity>"
-        f"<allocation>0</allocation><target><format type='raw'/></target></volume>", 0)
+        f"<allocation>0</allocation><target><format type='raw'/>{permissions}</target></volume>", 0)
 
 
 def delete_volumes(pool, names):
@@ -367,7 +371,7 @@ def delete_volumes(pool, names):
         _delete_volume(pool, name)
 
 
-VOLUME_SUFFIXES = ("-bzImage", "-initramfs", "-swap", "-ssdt")
+VOLUME_SUFFIXES = ("-bzImage", "-initramfs", "-swap", "-ssdt") + tuple(device_sets.SCRATCH_DISKS.values())
 _MTIME = re.compile(r"<mtime>(\d+(?:\.\d+)?)</mtime>")
 
 
@@ -479,11 +483,13 @@ def _profile(name):
 
 
 def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
-               memory_mib=512, vcpus=1, extra_devices=("edu",), acpi_tables=()):
+               memory_mib=512, vcpus=1, extra_devices=("edu",), acpi_tables=(), device_set="lean",
+               scratch=None):
     """Domain XML for one guest. type='qemu': no KVM here, QEMU runs under TCG.
     `acpi_tables`: paths on the libvirt host of ACPI tables (pmtest's SSDT)
     QEMU adds to the firmware's (-acpitable; libvirt 9.0 has an element only
-    for SLIC tables)."""
+    for SLIC tables). `device_set`: lab.devices' lean or zoo; a zoo's
+    `scratch` is {device name: (volume name, path)} of its scratch disks."""
     if profile not in PROFILES:
         raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(PROFILES)})")
     p = PROFILES[profile]
@@ -497,6 +503,13 @@ def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
     qemu_args += "".join(
         f"<qemu:arg value='-acpitable'/><qemu:arg value='file={escape(path)}'/>"
         for path in acpi_tables)
+    zoo = ""
+    usb = "<controller type='usb' model='none'/>"
+    balloon = "<memballoon model='none'/>"
+    if device_sets.check(device_set) == "zoo":
+        zoo, args = device_sets.zoo_xml(profile, POOL_NAME, scratch, p["root_bus"], p["machine"])
+        qemu_args += "".join(f"<qemu:arg value='{escape(arg)}'/>" for arg in args)
+        usb = balloon = ""  # the zoo's own
     return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>{escape(name)}</name>
   <memory unit='MiB'>{memory_mib}</memory>
@@ -524,7 +537,7 @@ def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
       <target dev='vda' bus='virtio'/>
       <address type='pci' domain='0' bus='0' slot='3' function='0'/>
     </disk>
-    <controller type='usb' model='none'/>
+    {usb}
     <controller type='virtio-serial' index='0'>
       <address type='pci' domain='0' bus='0' slot='4' function='0'/>
     </controller>
@@ -538,7 +551,7 @@ def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
       <target type='virtio' name='{AGENT_CHANNEL}'/>
     </channel>
     <video><model type='none'/></video>
-    <memballoon model='none'/>
+    {balloon or zoo}
   </devices>
   <qemu:commandline>{qemu_args}</qemu:commandline>
 </domain>

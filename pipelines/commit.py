@@ -12,6 +12,11 @@ Stages (wall time of each printed as it ends, and a table at the end):
   initramfs  lab/build-initramfs; "auto" skips it when initramfs.cpio.gz is
              newer than guest/* and the artifacts' modules.
   smoke      lab.run: a few cycles of each mode, one guest (booted once).
+  devices    lab.run --devices zoo (lab/devices.py): a cycle of each mode on
+             the guest of real devices, every device probed after each
+             resume, as run <run id>-devices (--no-devices skips it; none
+             when the smoke itself ran on the zoo or through LAVA); a cycle
+             that did not pass is a regression.
   campaign   pytest/test_fault_campaign.py in real guests (--no-campaign
              skips it); a failing case is a regression.
   junit      <run dir>/junit.xml (and --junit PATH): one testcase per cycle.
@@ -48,7 +53,10 @@ from pipelines.common import (PYTHON, REPO, Stages, log, module_available,  # no
 
 PROG = "commit"
 MARKER = "pipeline.json"
+DEVICES_PIPELINE = "commit-devices"
 DEFAULT_SMOKE = "mem*3,freeze*2,disk"
+# The device guest's sample: a cycle of each mode, every device probed.
+DEVICE_SAMPLE = "mem,freeze,disk"
 
 
 def parse_smoke(text):
@@ -111,13 +119,15 @@ def initramfs_current(artifacts, repo=REPO):
     return True, "inputs older than the image"
 
 
-def pipeline_runs(results):
-    """Run dirs of this pipeline that have cycles, oldest first."""
+def pipeline_runs(results, pipelines=("commit",)):
+    """Run dirs of this pipeline that have cycles, oldest first
+    (`pipelines`: the markers' names; "commit-devices" is the device-guest
+    stage's run)."""
     found = []
     for name in os.listdir(results) if os.path.isdir(results) else ():
         path = os.path.join(results, name)
         marker = read_json(os.path.join(path, MARKER)) if not os.path.islink(path) else None
-        if marker and marker.get("pipeline") == "commit" and os.path.isfile(cycles_path(path)):
+        if marker and marker.get("pipeline") in pipelines and os.path.isfile(cycles_path(path)):
             found.append((marker.get("started_epoch", 0), path))
     return [path for _, path in sorted(found)]
 
@@ -153,6 +163,8 @@ def parse_args(argv):
     parser.add_argument("--smoke", help="older spelling of --mode: MODE=COUNT,... (mem=3 is mem*3)")
     parser.add_argument("--no-campaign", dest="campaign", action="store_false",
                         help="skip the fault campaign stage")
+    parser.add_argument("--no-devices", dest="device_sample", action="store_false",
+                        help="skip the device-guest stage (a cycle of each mode with --devices zoo)")
     options.add_results(parser)
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
     parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
@@ -263,6 +275,26 @@ def main(argv=None):
         result, exit_code = "smoke could not start (lab.run exit 2)", 2
         return finish()
 
+    devices_failed = None
+    if args.device_sample and args.engine == "libvirt" and args.devices in (None, "lean"):
+        with stages.stage("devices") as entry:
+            devices_run = f"{run_id}-devices"
+            # Marked apart: on the dashboard, never the smoke's "previous run".
+            os.makedirs(os.path.join(args.results, devices_run), exist_ok=True)
+            write_json(os.path.join(args.results, devices_run, MARKER),
+                       {"pipeline": DEVICES_PIPELINE, "run_id": devices_run, "of": run_id,
+                        "started": stamp(), "started_epoch": time.time()})
+            argv = [PYTHON, "-m", "lab.run", "--results", args.results, "--run-id", devices_run,
+                    "--artifacts", artifacts, "--mode", DEVICE_SAMPLE, "--devices", "zoo"]
+            argv += options.guest_argv(argparse.Namespace(**{**vars(args), "devices": None}))
+            code = run(argv, prefix="devices")
+            sample = read_records(os.path.join(args.results, devices_run))
+            passed = sum(1 for r in sample if compare_mod.passed(r))
+            entry["note"] = f"{passed}/{len(sample)} cycles passed on the device guest (lab.run exit {code})"
+            if code != 0:
+                entry["status"] = "failed"
+                devices_failed = f"device-guest sample failed ({entry['note']}, run {devices_run})"
+
     campaign_failed = None
     if args.campaign:
         with stages.stage("campaign") as entry:
@@ -295,7 +327,7 @@ def main(argv=None):
         else:
             # This run and every earlier run of this pipeline: the trends
             # section then shows "failing since" across commits.
-            history = pipeline_runs(args.results)
+            history = pipeline_runs(args.results, ("commit", DEVICES_PIPELINE))
             output = os.path.join(run_dir, "dashboard.json")
             code = run([PYTHON, "-m", "dashboards.compute", *history, "-o", output], prefix="dashboard",
                        cwd=REPO)
@@ -326,6 +358,9 @@ def main(argv=None):
     if campaign_failed:
         findings.append({"kind": "campaign", "detail": campaign_failed})
         log(PROG, f"regression: {campaign_failed}")
+    if devices_failed:
+        findings.append({"kind": "devices", "detail": devices_failed})
+        log(PROG, f"regression: {devices_failed}")
     if findings:
         result, exit_code = "regression", 1
     return finish()

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from dashboards import buckets, compute, inputs, manifest, render, schemas, testing
-from lab import trace
+from lab import records as record_format, trace
 
 REPO = testing.REPO
 
@@ -177,6 +177,35 @@ def test_lab_errors_are_counted_per_cause_against_the_budget_and_kept_out_of_the
 def test_no_lab_errors_is_within_budget(recorded, tmp_path):
     section = dashboard_of(single_run(tmp_path, [by_cycle(recorded, 100)]))["lab_errors"]
     assert (section["errors"], section["over_budget"], section["causes"]) == (0, False, [])
+
+
+def _probes(broken=()):
+    return [{"device": name, "probe": "disk", "ok": name not in broken, "ms": 40,
+             "error": "no block device" if name in broken else None} for name in ("nvme-disk", "sata-disk")]
+
+
+def test_works_after_resume_per_device_with_its_interval(tmp_path):
+    records = [synthetic(n, devices="zoo", probes=_probes()) for n in range(1, 19)]
+    records += [synthetic(19, "disk", "fail", devices="zoo", probes=_probes(broken=("nvme-disk",)),
+                          phase="device-check", reason="devices not working after the resume: nvme-disk"),
+                synthetic(20, "disk", devices="zoo", probes=_probes()),
+                synthetic(21)]  # a lean guest's cycle: no probes
+    section = dashboard_of(single_run(tmp_path, records))["works_after_resume"]
+    assert section["cycles"] == 20
+    nvme, sata = section["devices"]
+    assert (nvme["device"], nvme["probes"], nvme["ok"], nvme["rate"]) == ("nvme-disk", 20, 19, 0.95)
+    assert nvme["ci95"] == record_format.wilson(19, 20)
+    assert nvme["modes"] == {"disk": record_format.works_rate([{"ok": False}, {"ok": True}]),
+                             "mem": record_format.works_rate([{"ok": True}] * 18)}
+    assert nvme["first_failure"]["cycle"] == nvme["last_failure"]["cycle"] == 19
+    assert nvme["last_failure"]["error"] == "no block device"
+    assert (sata["rate"], sata["last_failure"]) == (1.0, None)
+    assert schemas.errors(schemas.DASHBOARD, dashboard_of(single_run(tmp_path, records))) == []
+
+
+def test_no_device_guest_gives_an_empty_works_section(recorded, tmp_path):
+    section = dashboard_of(single_run(tmp_path, [by_cycle(recorded, 100)]))["works_after_resume"]
+    assert (section["cycles"], section["devices"]) == (0, [])
 
 
 # ------------------------------------------------------------------ buckets

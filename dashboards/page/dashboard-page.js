@@ -21,7 +21,8 @@
   var MODE_COLOURS = ['#3367d6', '#e8710a', '#188038', '#a142f4', '#d93025', '#12b5cb', '#f9ab00', '#5f6368'];
   var KIND_COLOURS = {
     'fail': '#d93025', 'fake-sleep': '#f9ab00', 'hang': '#a142f4', 'unfinished': '#7b1fa2', 'error': '#5f6368',
-    'kernel-warning': '#e8710a', 'ordering-violation': '#12b5cb', 'other': '#9aa0a6'
+    'kernel-warning': '#e8710a', 'ordering-violation': '#12b5cb', 'device-not-working': '#b06000',
+    'other': '#9aa0a6'
   };
   var KERNEL_COLOURS = ['#24324a', '#12b5cb', '#f9ab00', '#d93025', '#81c995', '#a142f4', '#5f6368'];
   var STEP_COLOURS = ['#3367d6', '#8ab4f8', '#e8710a', '#fbbc04', '#188038', '#81c995', '#a142f4', '#d7aefb',
@@ -581,6 +582,37 @@
     ], e.causes, 'No lab errors.');
   }
 
+  function worksAfterResume(data) {
+    var w = data.works_after_resume;
+    if (!w) return;  /* dashboards written before it lack it */
+    document.getElementById('works-note').textContent = w.cycles ?
+      w.cycles + ' cycles of a device guest (--devices zoo) probed their devices after the resume. ' + w.definition + '.' :
+      'No cycle ran on a device guest (--devices zoo).';
+    table(document.getElementById('table-works'), [
+      ['device', function (r) { return r.device; }, 'text'],
+      ['probe', function (r) { return r.probe; }],
+      ['works / probed', function (r) { return r.ok + ' / ' + r.probes; }, 'num'],
+      ['rate', function (r) { return pct(r.rate); }, 'num'],
+      ['95 % interval', function (r) { return r.ci95 ? pct(r.ci95[0]) + ' – ' + pct(r.ci95[1]) : '–'; }],
+      ['per mode', function (r) {
+        return Object.keys(r.modes).map(function (m) { return m + ' ' + r.modes[m].ok + '/' + r.modes[m].probes; }).join(', ');
+      }, 'text'],
+      ['probe ms (median)', function (r) { return r.probe_ms ? fmt(r.probe_ms.p50) : '–'; }, 'num'],
+      ['last failure', function (r) {
+        return r.last_failure ? where(r.last_failure) + ': ' + r.last_failure.error : '–';
+      }, 'text']
+    ], w.devices, 'No device probes in these records.');
+    table(document.getElementById('table-works-callbacks'), [
+      ['device', function (r) { return r.device; }, 'text'],
+      ['driver', function (r) { return r.driver; }],
+      ['phase', function (r) { return r.phase; }],
+      ['calls', function (r) { return r.n; }, 'num'],
+      ['median (us)', function (r) { return fmt(r.median, 1); }, 'num'],
+      ['p95 (us)', function (r) { return fmt(r.p95, 1); }, 'num'],
+      ['max (us)', function (r) { return fmt(r.max, 1); }, 'num']
+    ], w.slowest_callbacks, 'No real driver\'s callbacks in these records.');
+  }
+
   function failures(data) {
     var f = data.failures;
     document.getElementById('failures-note').textContent =
@@ -655,7 +687,7 @@
     if (links) {
       try { timelineLinks = JSON.parse(links.textContent); } catch (error) { pageError('timeline links: ' + error); }
     }
-    var steps = [overview, kernelsSection, success, labErrors, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
+    var steps = [overview, kernelsSection, success, labErrors, worksAfterResume, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });

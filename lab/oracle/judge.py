@@ -351,7 +351,9 @@ class _Transition:
                 by_name.setdefault(device_name(device), []).append(device)
             for device, call in first.items():
                 # parents are kernel device names; skip the ambiguous ones
-                candidates = by_name.get(parents.get(device), [])
+                # (never the device itself: a class device is often named
+                # as its parent, ata1 of class ata_port below port ata1)
+                candidates = [d for d in by_name.get(parents.get(device), []) if d != device]
                 if len(candidates) != 1:
                     continue
                 parent = candidates[0]

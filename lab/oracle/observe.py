@@ -145,7 +145,7 @@ def device_name(device):
 def from_trace(text):
     """(calls, parents) from trace text: every device's callbacks, named as
     the PM core dispatched them, with the parent the trace event reports."""
-    calls, parents, open_calls = [], {}, {}
+    calls, parents, pairs = [], {}, trace_mod.CallPairs()
     side = level = None
     for event in trace_mod.parse(text):
         if event.name == "suspend_resume":
@@ -171,7 +171,7 @@ def from_trace(text):
                 continue
             # Names are not unique (an ACPI companion shares its device's
             # name), so a device is its name and its driver/bus string.
-            device = trace_mod.device_id(match["driver"], match["device"])
+            device = trace_mod.device_id(match["driver"], match["device"], match["parent"])
             if match["parent"] != "none":
                 parents[device] = match["parent"]
             driver = match["driver"].strip()
@@ -181,12 +181,12 @@ def from_trace(text):
             if side == "prepare" and callback == "complete":
                 call.tags.add("retry")
             calls.append(call)
-            open_calls.setdefault(device, []).append(call)
+            pairs.started(match["driver"], match["device"], device, call)
         elif event.name == "device_pm_callback_end":
             match = trace_mod.CALLBACK_END.match(event.body)
-            device = match and trace_mod.device_id(match["driver"], match["device"])
-            if match and open_calls.get(device):
-                call = open_calls[device].pop()
+            opened = match and pairs.ended(match["driver"], match["device"])
+            if opened:
+                call = opened[1]
                 call.ret = int(match["err"])
                 call.text += f" err={call.ret}"
     return calls, parents

@@ -1,0 +1,160 @@
+"""The device guest's host side (lab/devices.py): its domain, the probe
+lines' parser and what the judge makes of them. The live device guest is
+in test_cycles.py (test_device_guest_*)."""
+
+import copy
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from lab import devices, modes, virt
+from lab import records as record_format
+from lab.cycle import cycle_arguments, judge
+from recordings_util import records, report
+
+RECORDS = records()
+ASKED = devices.probe_arguments("zoo")
+
+
+def _with_probes(text, section):
+    """The recorded report with a probes section where guest/pmlab-cycle puts it."""
+    head, sep, tail = text.partition("\n=== trace")
+    assert sep, "the recorded report has no trace section"
+    return f"{head}\n=== probes\n{section}{sep}{tail}"
+
+
+def _judge(name, section):
+    record = RECORDS[name]
+    return judge(modes.parse_mode(record["mode"], record["wake"]), _with_probes(report(name), section), 0,
+                 record["libvirt_events"], record["evidence"], record["timeline"], record["token"],
+                 record["guest_boot_id"])
+
+
+def _all_ok(skip=()):
+    lines = [f"asked={','.join(ASKED)}"]
+    lines += [f"{word.split(':')[0]} {word.split(':')[1]} ok 12 -" for word in ASKED if word not in skip]
+    return "\n".join(lines) + "\n"
+
+
+def test_every_subsystem_of_the_issue_is_in_the_zoo():
+    assert {d.subsystem for d in devices.ZOO} == {"usb", "sata", "scsi", "nvme", "net", "sound", "mmc",
+                                                 "watchdog", "rng", "balloon"}
+    assert {d.name for d in devices.ZOO} >= {"usb-disk", "usb-kbd", "usb-tablet", "e1000e", "virtio-net"}
+    # every scratch disk is probed as a disk, and every disk has a scratch volume
+    assert {d.name for d in devices.ZOO if d.probe == "disk"} == set(devices.SCRATCH_DISKS)
+
+
+def test_the_lean_guest_has_no_devices_and_no_probes():
+    assert devices.devices("lean") == () and devices.probe_arguments("lean") == []
+    assert devices.modules_cmdline("lean") == "" and devices.scratch_volumes("lean") == {}
+    with pytest.raises(ValueError, match="unknown device set 'tiny'"):
+        devices.check("tiny")
+
+
+def test_the_hda_codec_parser_is_loaded_before_the_controller():
+    """lab-findings.md: snd_hda_intel probes its codecs once; without the
+    generic parser loaded first it finds none."""
+    order = devices.ZOO_MODULES
+    assert order.index("snd_hda_codec_generic") < order.index("snd_hda_intel")
+    assert devices.modules_cmdline("zoo") == "pmlab.modules=" + ",".join(order)
+
+
+@pytest.mark.parametrize("profile", sorted(virt.PROFILES))
+def test_zoo_domain_has_every_device_on_its_own_slot(profile):
+    scratch = {name: (f"g{suffix}", f"/pool/g{suffix}") for name, suffix in devices.SCRATCH_DISKS.items()}
+    xml = virt.domain_xml("g", profile, "/k", "/i", "c", "g-swap", "/log", device_set="zoo", scratch=scratch)
+    root = ElementTree.fromstring(xml)
+    found = root.find("devices")
+    assert found.find("controller[@type='usb']").get("model") == "qemu-xhci"
+    assert found.find("memballoon").get("model") == "virtio"
+    assert {d.find("target").get("bus") for d in found.findall("disk")} == {"virtio", "usb", "sata", "scsi"}
+    assert [i.get("type") for i in found.findall("input[@bus='usb']")] == ["keyboard", "tablet"]
+    assert found.find("sound").get("model") == "ich6" and found.find("audio").get("type") == "none"
+    assert found.find("watchdog").get("model") == "i6300esb" and found.find("rng").get("model") == "virtio"
+    args = [a.get("value") for a in root.iter("{http://libvirt.org/schemas/domain/qemu/1.0}arg")]
+    joined = " ".join(args)
+    for model in ("nvme,", "sdhci-pci,", "sd-card,", "e1000e,", "virtio-net-pci,"):
+        assert model in joined
+    assert joined.count("hubid=0") == 2  # the NICs share one hub and nothing else
+    slots = [int(a.get("slot"), 16) for a in found.iter("address") if a.get("slot")]
+    slots += [int(arg.rsplit("addr=", 1)[1], 16) for arg in args if "addr=" in arg]
+    assert len(slots) == len(set(slots)), f"two devices on one PCI slot: {sorted(slots)}"
+    # pc has no AHCI of its own; q35's is built in
+    assert (found.find("controller[@type='sata']") is not None) == (profile == "pc-seabios")
+
+
+def test_lean_domain_is_unchanged_by_the_zoo():
+    xml = virt.domain_xml("g", "q35-ovmf", "/k", "/i", "c", "g-swap", "/log")
+    assert "<controller type='usb' model='none'/>" in xml and "<memballoon model='none'/>" in xml
+    assert "hubport" not in xml and "<sound" not in xml
+
+
+def test_parse_probes_reads_every_line_and_names_missing_devices():
+    text = "asked=nvme-disk:disk,hda:sound,i6300esb:watchdog\n" \
+           "nvme-disk disk ok 31 -\nhda sound fail 240 playback failed: aplay: pcm_write:2127: write error\n"
+    probes = devices.parse_probes(text)
+    assert probes == [
+        {"device": "nvme-disk", "probe": "disk", "ok": True, "ms": 31, "error": None},
+        {"device": "hda", "probe": "sound", "ok": False, "ms": 240,
+         "error": "playback failed: aplay: pcm_write:2127: write error"},
+        {"device": "i6300esb", "probe": "watchdog", "ok": False, "ms": None, "error": "no probe result"}]
+    assert devices.broken(probes) == [("hda", "sound", "playback failed: aplay: pcm_write:2127: write error"),
+                                      ("i6300esb", "watchdog", "no probe result")]
+
+
+@pytest.mark.parametrize("line", ["garbage", "nvme-disk disk maybe 3 -", "nvme-disk disk ok soon -", "x y"])
+def test_an_unreadable_probe_line_is_a_failed_probe(line):
+    probes = devices.parse_probes(f"asked=\n{line}\n")
+    assert [p["ok"] for p in probes] == [False] and probes[0]["device"] == "?"
+    assert "unreadable probe line" in probes[0]["error"]
+
+
+def test_cycle_arguments_ask_for_the_probes():
+    line = cycle_arguments(modes.parse_mode("mem"), 4, probes=["nvme-disk:disk", "hda:sound"])
+    assert line.endswith("'probes=nvme-disk:disk,hda:sound'")
+    assert "probes=" not in cycle_arguments(modes.parse_mode("mem"), 4)
+
+
+def test_a_cycle_whose_devices_all_work_passes_and_records_them():
+    result = _judge("mem", _all_ok())
+    assert result["verdict"] == "pass", result["reason"]
+    assert [p["device"] for p in result["probes"]] == [w.split(":")[0] for w in ASKED]
+    assert all(p["ok"] for p in result["probes"])
+
+
+def test_a_device_that_broke_fails_the_cycle_naming_it():
+    section = _all_ok(skip=("nvme-disk:disk",)) + "nvme-disk disk fail 5012 no block device\n"
+    result = _judge("mem", section)
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert result["broken_devices"] == ["nvme-disk"]
+    assert "nvme-disk (disk): no block device" in result["reason"]
+
+
+def test_a_device_without_a_probe_line_fails_the_cycle():
+    result = _judge("disk", _all_ok(skip=("usb-kbd:usb",)))
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert "usb-kbd (usb): no probe result" in result["reason"]
+
+
+def test_a_kernel_failure_stays_the_verdict_and_broken_devices_are_added():
+    """A callback that failed is the cycle's verdict; a device that did not
+    work after the unwind is named beside it."""
+    name = "mem-fault-suspend"
+    section = _all_ok(skip=("sata-disk:disk",)) + "sata-disk disk fail 10 read from /dev/sdb failed: I/O error\n"
+    result = _judge(name, section)
+    assert (result["verdict"], result["phase"]) == (RECORDS[name]["verdict"], RECORDS[name]["phase"])
+    assert result["broken_devices"] == ["sata-disk"] and "sata-disk (disk)" in result["reason"]
+
+
+def test_works_rate_counts_every_probe_once():
+    probes = [{"ok": True}] * 9 + [{"ok": False}]
+    rate = record_format.works_rate(probes)
+    assert (rate["probes"], rate["ok"], rate["rate"]) == (10, 9, 0.9)
+    assert rate["ci95"][0] < 0.9 < rate["ci95"][1]
+    assert record_format.works_rate([])["rate"] is None
+
+
+def test_a_lean_report_has_no_probes():
+    result = judge(modes.parse_mode("mem"), report("mem"), 0, *[copy.deepcopy(RECORDS["mem"][k]) for k in
+                   ("libvirt_events", "evidence", "timeline", "token", "guest_boot_id")])
+    assert "probes" not in result and result["verdict"] == "pass"
