@@ -59,9 +59,10 @@ ZOO = (
 
 # The real drivers' names as the trace's device_pm_callback_* events give
 # them: the dashboard's slowest real-driver callbacks (works_after_resume).
-TRACE_DRIVERS = frozenset({"xhci_hcd", "usb", "hub", "usb-storage", "usbhid", "hid-generic", "ahci", "sd", "virtio_scsi", "nvme",
-                           "e1000e", "virtio_net", "snd_hda_intel", "snd_hda_codec_generic", "sdhci-pci",
-                           "mmcblk", "i6300ESB timer", "virtio_rng", "virtio_balloon"})
+TRACE_DRIVERS = frozenset({
+    "xhci_hcd", "usb", "hub", "usb-storage", "usbhid", "hid-generic", "ahci", "sd", "virtio_scsi", "nvme", "e1000e",
+    "virtio_net", "snd_hda_intel", "snd_hda_codec_generic", "sdhci-pci", "mmcblk", "i6300ESB timer", "virtio_rng",
+    "virtio_balloon"})
 
 # What guest/init modprobes, in this order: the HDA codec parser before the
 # controller, which probes its codecs once and finds none without it

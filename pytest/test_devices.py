@@ -158,3 +158,70 @@ def test_a_lean_report_has_no_probes():
     result = judge(modes.parse_mode("mem"), report("mem"), 0, *[copy.deepcopy(RECORDS["mem"][k]) for k in
                    ("libvirt_events", "evidence", "timeline", "token", "guest_boot_id")])
     assert "probes" not in result and result["verdict"] == "pass"
+
+
+# ------------------------------------------------------------ recorded device guest
+
+def test_recorded_device_guest_cycle_passes_with_every_device_probed():
+    """A real zoo guest's S3 (pytest/recordings/record.py --zoo-only): judged
+    again it passes, every device probed ok, the oracle finds nothing."""
+    from lab.cycle import judge_with_order
+    record = RECORDS["zoo-mem"]
+    result = judge_with_order(modes.parse_mode("mem"), report("zoo-mem"), 0, record_format.host_events(record),
+                              record["evidence"], record["timeline"], record["token"], record["guest_boot_id"])
+    assert (result["verdict"], result["ordering_violations"]) == ("pass", [])
+    assert [(p["device"], p["ok"]) for p in result["probes"]] == [(d.name, True) for d in devices.ZOO]
+
+
+def test_every_real_device_has_an_identity_of_its_own():
+    """USB endpoints share their names (ep_81 under every interface): each
+    is named with its parent, and no device's calls are paired with
+    another's (trace.callbacks and the oracle's from_trace agree)."""
+    from lab import trace
+    from lab.oracle import from_trace
+    text = report("zoo-mem").split("=== trace\n", 1)[1]
+    sequences = trace.callbacks(trace.parse(text))
+    endpoints = [device for device in sequences if device.startswith("ep_81@")]
+    assert len(endpoints) >= 3 and len(set(endpoints)) == len(endpoints)
+    for device, calls in sequences.items():
+        prepares = [c for c in calls if c["cb"].startswith("[")]
+        assert len(prepares) <= 2, f"{device}: {prepares}"  # ->prepare and ->complete, once each
+    calls, parents = from_trace(text)
+    assert {c.device for c in calls} == set(sequences)
+    assert parents[endpoints[0]] == endpoints[0].split("@", 1)[1]
+
+
+def test_a_real_drivers_failed_freeze_is_recovered_and_the_oracle_knows_why():
+    """pmtest_kfault failed the AHCI controller's freeze (a real driver): the
+    hibernation aborts and the core runs ->recover on pmtest's devices. Only
+    the trace shows the failure; the pmtest log's judge is told of it, so
+    recover is what it expects there, not thaw."""
+    from lab.oracle import cycle_check
+    from lab.cycle import judge_with_order
+    name = "zoo-disk-kfault-freeze"
+    record = RECORDS[name]
+    args = (record_format.host_events(record), record["evidence"], record["timeline"], record["token"],
+            record["guest_boot_id"])
+    result = judge_with_order(modes.parse_mode("disk"), report(name), 0, *args)
+    assert (result["verdict"], result["phase"]) == ("fail", "freeze")
+    assert result["failed_callbacks"] == [{"device": "0000:00:1f.2 (ahci)", "cb": "bus[freeze]", "err": -5}]
+    assert result["ordering_violations"] == []
+    assert all(p["ok"] for p in result["probes"])  # the unwind left every device working
+    assert [c.device for c in cycle_check.outside_failures(*_trace_and_pmtest(name))] == ["0000:00:1f.2 (ahci)"]
+
+
+def _trace_and_pmtest(name):
+    from lab import guest_report
+    from lab.oracle import from_pmtest, from_trace
+    parts = guest_report.sections(report(name))
+    return from_trace(parts["trace"])[0], from_pmtest(parts["pmtest_log"])
+
+
+def test_without_the_outside_failure_the_recover_is_flagged(monkeypatch):
+    """The negative control of the test above: the pmtest log alone shows a
+    freeze that went well, then ->recover."""
+    from lab.oracle import cycle_check
+    name = "zoo-disk-kfault-freeze"
+    monkeypatch.setattr(cycle_check, "outside_failures", lambda trace_calls, pmtest_calls: [])
+    violations, _ = cycle_check.judge_cycle(report(name), RECORDS[name]["evidence"])
+    assert violations and {v.rule for v in violations} == {"undo"}

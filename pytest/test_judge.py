@@ -22,7 +22,7 @@ def rejudge(name, record=None, report_text=None):
     record = record or RECORDS[name]
     mode = modes.parse_mode(record["mode"], record["wake"])
     return judge(mode, report_text if report_text is not None else report(name), 0,
-                 record["libvirt_events"], record["evidence"], record["timeline"],
+                 record_format.host_events(record), record["evidence"], record["timeline"],
                  record["token"], record["guest_boot_id"])
 
 

@@ -368,6 +368,8 @@ DIGESTS = {
     'report-disk-reboot.txt.gz': '4cdb1e257d55933dbbd139f18dac91241860465da7cdddfb3ad813902d7c6231',
     'report-disk.txt.gz': '8a08fe73f7cf7046c0f2e0222206d9412fc9dd75e557ee4445ec69c564d334f1',
     'report-freeze-dmesg.txt.gz': '190370ea92d55435e73c61c09ebfd960ea0ac4f41318dae3f2ac00f81fffd9c8',
+    'report-zoo-disk-kfault-freeze.txt.gz': '3391ebf23918e7ad4af0522e6a419884ea92e272a907d9a5d9f77aad2dea581c',
+    'report-zoo-mem.txt.gz': 'f2c013fb4dc20d4bf81d34462cfea665c83b084a4211f983432206538391db6d',
     'report-freeze-early-press.txt.gz': 'e074cd80f98fcd0a97eaca9177d4b02fcce8dcfe8c2f5ec1465938e7a9d5eddc',
     'report-freeze.txt.gz': '8457720d63325aa6f011d3f12e3970b2327a9b18beb76f6de5fb405c349dd99f',
     'report-mem-fault-resume.txt.gz': 'e1401659e15447f3d01a72b0f007a982322385456b4b80793fa27afdeb12122a',

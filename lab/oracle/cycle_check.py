@@ -7,11 +7,13 @@
   pmtest's log_console on until it knows there is no image).
 """
 
+import dataclasses
+
 from lab import guest_report
 
 from . import rules
 from .judge import judge
-from .observe import (bound_drivers, from_pmtest, from_trace, loaded_drivers, pmtest_parents,
+from .observe import (bound_drivers, device_name, from_pmtest, from_trace, loaded_drivers, pmtest_parents,
                       split_kernels, tree_from_trace)
 
 
@@ -19,10 +21,33 @@ def with_syscore_failures(trace_calls, pmtest_calls):
     """The trace with the pmtest log's failed syscore_suspend() calls put where
     they happened: syscore_ops are no devices, so the trace does not show them,
     yet a failing one fails the transition (image creation) after every device
-    was suspended.  Each goes before the first resume-side call that follows a
-    suspend-side call of its event."""
-    calls = list(trace_calls)
-    for failure in (c for c in pmtest_calls if c.callback == rules.SYSCORE_SUSPEND and c.ret != 0):
+    was suspended."""
+    return with_failures(trace_calls, [c for c in pmtest_calls
+                                       if c.callback == rules.SYSCORE_SUSPEND and c.ret != 0])
+
+
+def outside_failures(trace_calls, pmtest_calls):
+    """The trace's failed suspend-side calls of devices the pmtest log does
+    not have (a real driver's, e.g. made to fail by pmtest_kfault), tagged
+    "outside": the pmtest log's judge then knows its transition failed (a
+    failed hibernation's devices are recovered, not thawed) without judging
+    those devices, whose own calls are the trace's to judge."""
+    ours = {call.device for call in pmtest_calls}
+    found = []
+    for call in trace_calls:
+        side, level, _ = rules.side_of(call.callback, call.event)
+        failed = rules.prepare_failed(call.ret) if side == "prepare" else side == "suspend" and call.ret != 0
+        if failed and device_name(call.device) not in ours:
+            found.append(dataclasses.replace(call, tags=call.tags | {"outside"}))
+    return found
+
+
+def with_failures(calls, failures):
+    """`calls` with each failure of another source put where it happened:
+    before the first resume-side call that follows a suspend-side call of
+    its event."""
+    calls = list(calls)
+    for failure in failures:
         suspended = False
         for position, call in enumerate(calls):
             side, level, _ = rules.side_of(call.callback, call.event)
@@ -47,7 +72,7 @@ def judge_cycle(report_text, console_lines):
     # kernel of a restore binds it as the module loads it
     bound = bound_drivers(trace_calls)
     calls = from_pmtest(sections.get("pmtest_log", ""), bound)
-    violations += judge(calls, pmtest_parents(calls, tree))
+    violations += judge(with_failures(calls, outside_failures(trace_calls, calls)), pmtest_parents(calls, tree))
     counts["pmtest_log"] = len(calls)
     violations += judge(with_syscore_failures(trace_calls, calls), parents)
     counts["trace"] = len(trace_calls)

@@ -116,6 +116,8 @@ class _Transition:
         self.depth = max((_level_of(c)[1] for c in self.calls
                           if _level_of(c)[0] == "suspend" and c.ret == 0), default=0)
         for calls in by_device.values():
+            if any("outside" in call.tags for call in calls):
+                continue  # another source's failure: it only says the transition failed
             self._device(calls, registered_during)
         self._order(parents)
         return self.violations

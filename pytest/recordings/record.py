@@ -41,6 +41,40 @@ CYCLES = [
     ("mem-fault-suspend", "mem", None, [("fault", "* suspend 5 1")]),
     ("mem-fault-resume", "mem", None, [("fault", "* resume 5 1")]),
 ]
+# The device guest (lab/devices.py, q35: AHCI is 00:1f.2), numbered from 300.
+ZOO_CYCLES = [
+    ("zoo-mem", "mem", None, ()),
+    ("zoo-disk-kfault-freeze", "disk", None, [("kfault", "0000:00:1f.2 freeze -5 1")]),
+]
+ZOO_FIRST = 300
+
+
+def keep(record, name):
+    """A record as the recordings keep it: named, without the bulky fields
+    the report holds in full (v3 refers to shared.jsonl for them)."""
+    record["recording"] = name
+    for field in ("callbacks", "pmtest", "callback_table", "pmtest_ref"):
+        record.pop(field, None)
+    return record
+
+
+def record_zoo(found, results):
+    """The device guest's cycles: reports, and their records appended to
+    cycles.jsonl in place of any earlier zoo ones."""
+    rundir = RunDir(results, "recording-zoo")
+    session = Session(found, rundir, worker="zoo", device_set="zoo")
+    kept = []
+    for number, (name, mode_name, wake, knobs) in enumerate(ZOO_CYCLES, start=ZOO_FIRST):
+        record = session.cycle(modes.parse_mode(mode_name, wake), number, knobs,
+                               expect="fail" if knobs else "pass")
+        print(f"{name}: {record['verdict']} {record.get('phase')} {record.get('reason')}")
+        shutil.copyfile(os.path.join(rundir.path, record["report"]), os.path.join(HERE, f"report-{name}.txt.gz"))
+        kept.append(keep(record, name))
+    session.close()
+    path = os.path.join(HERE, "cycles.jsonl")
+    lines = [line for line in open(path) if not (json.loads(line).get("recording") or "").startswith("zoo-")]
+    with open(path, "w") as out:
+        out.writelines(lines + [json.dumps(record) + "\n" for record in kept])
 
 
 def record_trace_raw(session):
@@ -70,9 +104,13 @@ def main():
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--trace-raw-only", action="store_true",
                         help="only the text/pages pair of one S3 sleep's trace buffer")
+    parser.add_argument("--zoo-only", action="store_true", help="only the device guest's recordings")
     args = parser.parse_args()
     found = artifacts.find(artifacts.BASELINE_DIR if args.baseline else args.artifacts or artifacts.DEFAULT_DIR)
     results = tempfile.mkdtemp(prefix="pmlab-record-")
+    if args.zoo_only:
+        record_zoo(found, results)
+        return
     rundir = RunDir(results, "recording")
     session = Session(found, rundir, worker="rec")
     if args.trace_raw_only:
@@ -119,17 +157,15 @@ def main():
         for line in open(rundir.cycles_path):
             record = json.loads(line)
             if record["status"] == "done":
-                record["recording"] = names.get(record["cycle"], "hang" if record["cycle"] == 200 else None)
-                # The reports hold these in full; keep the recording small.
-                for field in ("callbacks", "pmtest", "callback_table", "pmtest_ref"):  # v3 refers to shared.jsonl
-                    record.pop(field, None)
-                out.write(json.dumps(record) + "\n")
+                name = names.get(record["cycle"], "hang" if record["cycle"] == 200 else None)
+                out.write(json.dumps(keep(record, name)) + "\n")
     consoles = sorted(os.listdir(rundir.file("console")))
     for index, name in enumerate(consoles):
         label = "hang" if "-hang-" in name else "cycles"
         with open(rundir.file("console", name), "rb") as source, \
                 gzip.open(os.path.join(HERE, f"console-{label}.log.gz"), "wb") as out:
             out.write(source.read())
+    record_zoo(found, results)
     print(f"recordings written to {HERE} (run directory {rundir.path})")
 
 
