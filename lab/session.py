@@ -181,7 +181,8 @@ class Session:
         meta.update(extra_meta or {})
         meta["expected_verdict"] = expect
         driven = drive_cycle(self.guest, mode, number, self.rundir, self.watchdogs, knobs, meta,
-                             **({"press": press} if press else {}), while_asleep=while_asleep)
+                             **({"press": press} if press else {}),
+                             **({"while_asleep": while_asleep} if while_asleep else {}))
         if not driven.guest_usable:
             self._drop_guest()
         self.cycles_run += 1

@@ -29,9 +29,10 @@ def report(name):
 
 
 def records():
-    """{recording name: the cycle's final record}"""
+    """{recording name: the cycle's final record}: the lean guest's
+    (cycles.jsonl) and the device guest's (zoo-cycles.jsonl)"""
     out = {}
-    for line in read("cycles.jsonl").splitlines():
+    for line in (read("cycles.jsonl") + read("zoo-cycles.jsonl")).splitlines():
         record = json.loads(line)
         if record.get("recording"):
             out[record["recording"]] = record
