@@ -51,7 +51,7 @@ import time
 
 from lab import artifacts as artifacts_mod
 from lab import files
-from lab import modes, options, virt
+from lab import devices, modes, options, virt
 from lab.guest import BASE_CMDLINE
 from lab.qmp import QMP
 from lab.records import RunDir, new_run_id
@@ -69,11 +69,12 @@ S3_GLOBALS = {"q35": ["-global", "ICH9-LPC.disable_s3=0", "-global", "ICH9-LPC.d
               "pc": ["-global", "PIIX4_PM.disable_s3=0", "-global", "PIIX4_PM.disable_s4=0"]}
 
 
-def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf", kernel=None, pmtest_tree=None):
+def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf", kernel=None, pmtest_tree=None,
+                device_set="lean"):
     """QEMU arguments matching the domain lab.virt.domain_xml() gives libvirt
     for `profile_name` (q35 + OVMF pflash or pc + SeaBIOS, TCG, the same
-    devices at the same PCI slots). `kernel`: another bzImage (the stock
-    floor) with the same initramfs."""
+    devices at the same PCI slots; a device guest's too, lab.devices).
+    `kernel`: another bzImage (the stock floor) with the same initramfs."""
     profile = virt.PROFILES[profile_name]
     firmware = []
     if profile["loader"]:
@@ -86,14 +87,23 @@ def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf",
         disk.truncate(1 << 30)
     bus = profile["root_bus"]
     cmdline = " ".join(w for w in (BASE_CMDLINE, f"pmlab.mode=raw-s3 pmlab.count={cycles}",
-                                   options.pmtest_tree_cmdline(pmtest_tree)) if w)
+                                   options.pmtest_tree_cmdline(pmtest_tree), devices.modules_cmdline(device_set))
+                       if w)
+    zoo = []
+    if devices.scratch_volumes(device_set):
+        paths = {}
+        for device in devices.scratch_volumes(device_set):
+            paths[device] = os.path.join(workdir, f"{device}.img")
+            with open(paths[device], "wb") as disk:
+                disk.truncate(devices.SCRATCH_BYTES)
+        zoo = devices.zoo_qemu_args(profile["machine"], bus, paths)
     return [
         "qemu-system-x86_64", "-name", "pmlab-bench-raw",
         "-machine", f"{profile['machine']},usb=off", "-accel", "tcg", "-cpu", "qemu64",
         "-m", str(memory_mib), "-smp", "1", *firmware,
         "-display", "none", "-no-user-config", "-nodefaults", "-rtc", "base=utc", "-no-shutdown",
         *S3_GLOBALS[profile["machine"]],
-        "-kernel", kernel or found.kernel, "-initrd", found.initrd, "-append", cmdline,
+        "-kernel", kernel or found.kernel, "-initrd", found.initrd_for(device_set), "-append", cmdline,
         "-device", f"virtio-serial-pci,bus={bus},addr=0x4",
         "-drive", f"if=none,id=swap,format=raw,cache=unsafe,file={swap}",
         "-device", f"virtio-blk-pci,bus={bus},addr=0x3,drive=swap",
@@ -102,6 +112,7 @@ def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf",
         "-device", f"edu,bus={bus},addr=0x10",
         *(["-acpitable", f"file={found.ssdt}"] if found.ssdt else []),
         "-qmp", f"unix:{os.path.join(workdir, 'qmp.sock')},server=on,wait=off",
+        *zoo,
     ]
 
 
@@ -139,11 +150,11 @@ def stock_kernel(cache=STOCK_CACHE):
 class RawGuest:
     """Plain QEMU running the raw S3 loop, driven over QMP."""
 
-    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None, pmtest_tree=None):
+    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None, pmtest_tree=None, device_set="lean"):
         self.workdir = tempfile.mkdtemp(prefix="pmlab-bench-")
         self.process = subprocess.Popen(raw_command(found, self.workdir, cycles + 1,
                                                     profile_name=profile, kernel=kernel,
-                                                    pmtest_tree=pmtest_tree),
+                                                    pmtest_tree=pmtest_tree, device_set=device_set),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE)
         self.qmp = QMP(os.path.join(self.workdir, "qmp.sock"))
@@ -170,7 +181,7 @@ BLOCK = 5  # cycles per side before the next side runs
 
 
 def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None, keep="failures",
-                    pmtest_tree=None, block=BLOCK):
+                    pmtest_tree=None, block=BLOCK, device_set="lean"):
     """Alternate blocks of `block` cycles: raw, stock floor (when `stock`, a
     bzImage, is given), the harness judging each cycle before the next
     (Session.cycle, serial) and the harness judging it while the next one
@@ -184,7 +195,7 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
     harness's run directory. `keep`: the harness's evidence policy (--keep),
     "failures" as in a soak."""
     rundir = RunDir(results, "bench-" + new_run_id(), keep=keep)
-    session = Session(found, rundir, uri, profile, worker="bench", pmtest_tree=pmtest_tree)
+    session = Session(found, rundir, uri, profile, worker="bench", pmtest_tree=pmtest_tree, device_set=device_set)
     raws = []
     mem = modes.parse_mode("mem")
     times = {"raw": [], "stock": [] if stock else None, "serial": [], "pipelined": []}
@@ -204,7 +215,7 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
         return [seconds] * count
 
     try:
-        raws.append(RawGuest(found, cycles, profile, pmtest_tree=pmtest_tree))
+        raws.append(RawGuest(found, cycles, profile, pmtest_tree=pmtest_tree, device_set=device_set))
         if stock:  # the stock kernel has no pmtest module: no tree to size
             raws.append(RawGuest(found, cycles, profile, kernel=stock))
         verdicts.append(session.cycle(mem, 1)["verdict"])  # boots the harness guest; not timed
@@ -296,6 +307,9 @@ def main(argv=None):
                         help="cycles each side runs before the next side (default %(default)s)")
     parser.add_argument("--pmtest-tree", metavar="DEPTHxFANOUT",
                         help="pmtest's tree size on both the raw and the harness guest (see lab.run)")
+    parser.add_argument("--devices", default="lean", choices=devices.SETS,
+                        help="the device set of both the raw and the harness guest (lab/devices.py); zoo has "
+                             "no stock floor (Debian's kernel lacks the lab kernel's driver modules)")
     args = parser.parse_args(argv)
     try:
         args.pmtest_tree = options.pmtest_tree(args.pmtest_tree)
@@ -306,22 +320,25 @@ def main(argv=None):
         if not shutil.which("qemu-system-x86_64"):
             raise virt.LabError("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
         virt.Connection(args.uri).close()
-        stock = stock_kernel() if args.stock_floor else None
+        stock = stock_kernel() if args.stock_floor and args.devices == "lean" else None
+        found.initrd_for(args.devices)  # a missing device initramfs stops here
     except virt.LabError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
     print(f"bench: {cycles} S3 cycles each side, {args.profile} under TCG, {found.directory}"
+          + (f", devices {args.devices}" if args.devices != "lean" else "")
           + (f"; stock floor {stock}" if stock else ""), flush=True)
     started = time.time()
     try:
         times, rundir = run_interleaved(found, cycles, args.uri, args.results, args.profile, stock, args.keep,
-                                        args.pmtest_tree, args.block)
+                                        args.pmtest_tree, args.block, args.devices)
     except RuntimeError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
     result = summarize(times, rundir.path, time.time() - started, args.profile, args.block)
     if args.pmtest_tree:
         result["pmtest_tree"] = list(args.pmtest_tree)
+    result["devices"] = args.devices
     write_result(args.results, result)
     raw, harness, serial = result["raw"], result["harness"], result["serial"]
     if stock:

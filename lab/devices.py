@@ -188,13 +188,49 @@ def zoo_xml(profile, pool, volumes, root_bus, machine):
             f"<watchdog model='i6300esb' action='none'>{_address(slot['i6300esb'])}</watchdog>",
             f"<rng model='virtio'><backend model='random'>/dev/urandom</backend>{_address(slot['virtio-rng'])}</rng>",
             f"<memballoon model='virtio'>{_address(slot['virtio-balloon'])}</memballoon>"]
-    args = ["-drive", f"file={volumes['nvme-disk'][1]},if=none,id=pmlab-nvme,format=raw,cache=unsafe",
+    return "\n    ".join(xml), _arguments_only(slot, root_bus, {name: path for name, (_, path) in volumes.items()})
+
+
+def _arguments_only(slot, root_bus, paths):
+    """The devices libvirt 9.0 has no element for, as QEMU arguments: the
+    NVMe disk, the SD card and the two NICs on one hub. `paths`: {device
+    name: scratch disk path}."""
+    args = ["-drive", f"file={paths['nvme-disk']},if=none,id=pmlab-nvme,format=raw,cache=unsafe",
             "-device", f"nvme,drive=pmlab-nvme,serial=pmlab-nvme,bus={root_bus},addr={slot['nvme-disk']:#x}",
-            "-drive", f"file={volumes['sd-card'][1]},if=none,id=pmlab-sd,format=raw,cache=unsafe",
+            "-drive", f"file={paths['sd-card']},if=none,id=pmlab-sd,format=raw,cache=unsafe",
             "-device", f"sdhci-pci,bus={root_bus},addr={slot['sd-card']:#x}",
             "-device", "sd-card,drive=pmlab-sd"]
     for index, (name, model) in enumerate((("e1000e", "e1000e"), ("virtio-net", "virtio-net-pci"))):
         args += ["-netdev", f"hubport,id=pmlab-net{index},hubid={NET_HUB}",
                  "-device", f"{model},netdev=pmlab-net{index},mac=52:54:00:77:00:{index + 1:02x},"
                             f"bus={root_bus},addr={slot[name]:#x}"]
-    return "\n    ".join(xml), args
+    return args
+
+
+def zoo_qemu_args(machine, root_bus, paths):
+    """The whole zoo as plain QEMU arguments, as libvirt turns zoo_xml()
+    into them (lab.bench's raw loop, which runs QEMU without libvirt):
+    the same models on the same slots. `paths`: {device name: scratch
+    disk path}."""
+    slot = pci_slots(machine)
+
+    def disk(device, ident):
+        return ["-drive", f"file={paths[device]},if=none,id={ident},format=raw,cache=unsafe"]
+
+    sata_bus = "ide.0" if machine == "q35" else "pmlab-sata.0"  # q35's ICH9 AHCI names its ports ide.N
+    args = ["-device", f"qemu-xhci,id=pmlab-usb,bus={root_bus},addr={slot['usb']:#x}",
+            *disk("usb-disk", "pmlab-usbdisk"), "-device", "usb-storage,bus=pmlab-usb.0,drive=pmlab-usbdisk",
+            "-device", "usb-kbd,bus=pmlab-usb.0", "-device", "usb-tablet,bus=pmlab-usb.0"]
+    if machine == "pc":
+        args += ["-device", f"ahci,id=pmlab-sata,bus={root_bus},addr={slot['sata']:#x}"]
+    args += [*disk("sata-disk", "pmlab-satadisk"), "-device", f"ide-hd,bus={sata_bus},drive=pmlab-satadisk",
+             "-device", f"virtio-scsi-pci,id=pmlab-scsi,bus={root_bus},addr={slot['scsi']:#x}",
+             *disk("scsi-disk", "pmlab-scsidisk"), "-device", "scsi-hd,bus=pmlab-scsi.0,drive=pmlab-scsidisk",
+             "-audiodev", "none,id=pmlab-audio",
+             "-device", f"intel-hda,id=pmlab-hda,bus={root_bus},addr={slot['hda']:#x}",
+             "-device", "hda-duplex,bus=pmlab-hda.0,audiodev=pmlab-audio",
+             "-action", "watchdog=none", "-device", f"i6300esb,bus={root_bus},addr={slot['i6300esb']:#x}",
+             "-object", "rng-random,id=pmlab-rng,filename=/dev/urandom",
+             "-device", f"virtio-rng-pci,rng=pmlab-rng,bus={root_bus},addr={slot['virtio-rng']:#x}",
+             "-device", f"virtio-balloon-pci,bus={root_bus},addr={slot['virtio-balloon']:#x}"]
+    return args + _arguments_only(slot, root_bus, paths)

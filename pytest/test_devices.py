@@ -225,3 +225,26 @@ def test_without_the_outside_failure_the_recover_is_flagged(monkeypatch):
     monkeypatch.setattr(cycle_check, "outside_failures", lambda trace_calls, pmtest_calls: [])
     violations, _ = cycle_check.judge_cycle(report(name), RECORDS[name]["evidence"])
     assert violations and {v.rule for v in violations} == {"undo"}
+
+
+@pytest.mark.parametrize("profile", sorted(virt.PROFILES))
+def test_the_benchmarks_raw_guest_has_the_same_devices_on_the_same_slots(profile, tmp_path):
+    """lab.bench runs QEMU without libvirt: its zoo is zoo_qemu_args(), which
+    must give the models and PCI slots libvirt makes of zoo_xml()."""
+    from lab import artifacts, bench
+    kernel, initrd, extra = (tmp_path / "bzImage"), (tmp_path / "initramfs.cpio.gz"), \
+        (tmp_path / artifacts.DEVICES_INITRD)
+    for path in (kernel, initrd, extra):
+        path.write_bytes(b"x")
+    found = artifacts.Artifacts(str(tmp_path), str(kernel), str(initrd), devices_initrd=str(extra))
+    argv = bench.raw_command(found, str(tmp_path), 3, profile_name=profile, device_set="zoo")
+    devices_given = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-device"]
+    models = {d.split(",")[0] for d in devices_given}
+    assert {"qemu-xhci", "usb-storage", "usb-kbd", "usb-tablet", "ide-hd", "virtio-scsi-pci", "scsi-hd",
+            "intel-hda", "hda-duplex", "i6300esb", "virtio-rng-pci", "virtio-balloon-pci", "nvme",
+            "sdhci-pci", "sd-card", "e1000e", "virtio-net-pci"} <= models
+    machine = virt.PROFILES[profile]["machine"]
+    slots = {int(d.split("addr=", 1)[1].split(",")[0], 16) for d in devices_given if "addr=" in d} - {0x3, 0x4, 0x10}
+    assert slots == set(devices.pci_slots(machine).values())
+    assert argv[argv.index("-initrd") + 1].endswith("initramfs+devices.cpio.gz")
+    assert devices.modules_cmdline("zoo") in argv[argv.index("-append") + 1]
