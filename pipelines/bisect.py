@@ -160,6 +160,7 @@ def step(args):
             "--run-id", f"bisect-{label}-{int(time.time())}", "--cycles", "1"]
     for mode in modes_mod.expand(args.mode):
         argv += ["--mode", mode]
+    argv += options.guest_argv(args)
     code = run(argv, prefix="lab.run", cwd=REPO)
     log(PROG, f"step: smoke exit {code} ({time.monotonic() - started:.1f} s)")
     if code == 2:
@@ -190,7 +191,7 @@ def _step_argv(args):
         argv += ["--check-cmd", args.check_cmd]
     if args.kernel_tree:
         argv += ["--kernel-tree", args.kernel_tree, "--series", args.series or "none"]
-    return argv
+    return argv + options.guest_argv(args)
 
 
 def _bisect_run(repo, step_argv):
@@ -296,6 +297,8 @@ def parse_args(argv):
     parser.add_argument("--series", metavar="DIR|none",
                         help="with --kernel-tree: the series applied to every commit (default none)")
     parser.add_argument("--step", action="store_true", help=argparse.SUPPRESS)
+    # the smoke's guest (e.g. --devices zoo: bisect a real driver's regression)
+    options.add_guest(parser.add_argument_group("passed to lab.run"))
     args = parser.parse_args(argv)
     if not args.step and (args.good is None or args.bad is None):
         parser.error("GOOD and BAD are required")

@@ -250,3 +250,14 @@ def test_bisect_over_kernel_commits_names_the_one_that_breaks_s3(tmp_path):
                      "--build-dir", os.path.join(REPO, "build", "bisect-commits"))
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr
     assert f"first bad commit: {bad} rtc: cmos: fail every suspend" in result.stdout
+
+
+def test_every_step_runs_its_smoke_on_the_guest_asked_for():
+    """--devices zoo (and the other guest options) reach each bisection
+    step, which passes them to lab.run."""
+    from pipelines import bisect
+    args = bisect.parse_args(["good", "bad", "--devices", "zoo", "--profile", "pc-seabios"])
+    step = bisect._step_argv(args)
+    assert step[step.index("--devices") + 1] == "zoo" and step[step.index("--profile") + 1] == "pc-seabios"
+    again = bisect.parse_args(step[step.index("--step"):])
+    assert (again.devices, again.profile) == ("zoo", "pc-seabios")
