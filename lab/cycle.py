@@ -305,10 +305,13 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     failed = trace.failed_callbacks(sequences)
     if failed:  # as fields, for the buckets; the reason says it in words
         result["failed_callbacks"] = [{"device": device, "cb": cb, "err": err} for device, cb, err in failed]
-    broken = []
+    broken, afterwards = [], ""
     if "probes" in parts:  # a device guest: does every device still work?
         result["probes"] = devices.parse_probes(parts["probes"])
         broken = devices.broken(result["probes"])
+    if broken:  # named in whatever verdict the cycle gets
+        result["broken_devices"] = [device for device, _, _ in broken]
+        afterwards = f"; devices not working afterwards: {_broken(broken)}"
     entered = int(enter.get("status", "1"))
     result["enter_status"] = entered
     pressed = "powerbutton-sent" in dict(timeline)  # that the lab pressed; never when (host clock)
@@ -326,20 +329,17 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
         result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
                       reason=f"writing '{mode.state}' to /sys/power/state failed: "
                              f"{enter.get('error') or 'status ' + str(entered)}"
-                             + (f"; failed callbacks: {_described(failed)}" if failed else "")
-                      + (f"; devices not working afterwards: {_broken(broken)}" if broken else ""))
-        if broken:
-            result["broken_devices"] = [device for device, _, _ in broken]
+                             + (f"; failed callbacks: {_described(failed)}" if failed else "") + afterwards)
         return result
 
     missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
     if missing:
-        result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing))
+        result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing) + afterwards)
     elif failed:
         result.update(verdict="fail", phase=trace.phase_of(failed[0][1]),
-                      reason=f"callbacks returned errors: {_described(failed)}")
+                      reason=f"callbacks returned errors: {_described(failed)}{afterwards}")
     elif broken:
-        result.update(verdict="fail", phase=devices.PHASE, broken_devices=[device for device, _, _ in broken],
+        result.update(verdict="fail", phase=devices.PHASE,
                       reason=f"devices not working after the resume: {_broken(broken)}")
     elif result["problems"]:
         result.update(verdict="fail", phase=result.get("last_phase") or "resume",

@@ -248,3 +248,14 @@ def test_the_benchmarks_raw_guest_has_the_same_devices_on_the_same_slots(profile
     assert slots == set(devices.pci_slots(machine).values())
     assert argv[argv.index("-initrd") + 1].endswith("initramfs+devices.cpio.gz")
     assert devices.modules_cmdline("zoo") in argv[argv.index("-append") + 1]
+
+
+def test_a_device_broken_after_a_failed_resume_callback_is_named_beside_it():
+    """mem-fault-resume: a pmtest resume callback failed (the verdict's
+    cause); a device that did not work after it is named there too."""
+    section = _all_ok(skip=("hda:sound",)) + "hda sound fail 300 playback failed: no playback PCM\n"
+    result = _judge("mem-fault-resume", section)
+    assert (result["verdict"], result["phase"]) == (RECORDS["mem-fault-resume"]["verdict"],
+                                                    RECORDS["mem-fault-resume"]["phase"])
+    assert result["broken_devices"] == ["hda"]
+    assert result["reason"].endswith("; devices not working afterwards: hda (sound): playback failed: no playback PCM")
