@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass, field
 
 from lab.virt import LabError
@@ -40,11 +41,13 @@ class Artifacts:
         combined = os.path.join(self.directory, "initramfs+devices.cpio.gz")
         newest = max(os.path.getmtime(self.initrd), os.path.getmtime(self.devices_initrd))
         if not os.path.isfile(combined) or os.path.getmtime(combined) < newest:
-            with open(combined + ".tmp", "wb") as target:  # the kernel unpacks both archives in turn
+            # a temporary file of this process: a soak's guests boot at once
+            partial = f"{combined}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(partial, "wb") as target:  # the kernel unpacks both archives in turn
                 for part in (self.initrd, self.devices_initrd):
                     with open(part, "rb") as source:
                         shutil.copyfileobj(source, target)
-            os.replace(combined + ".tmp", combined)
+            os.replace(partial, combined)
         return combined
 
 

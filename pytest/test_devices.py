@@ -259,3 +259,26 @@ def test_a_device_broken_after_a_failed_resume_callback_is_named_beside_it():
                                                     RECORDS["mem-fault-resume"]["phase"])
     assert result["broken_devices"] == ["hda"]
     assert result["reason"].endswith("; devices not working afterwards: hda (sound): playback failed: no playback PCM")
+
+
+def test_the_device_guests_image_is_the_lean_one_with_the_devices_appended(tmp_path):
+    """Artifacts.initrd_for: the zoo boots initramfs.cpio.gz followed by
+    initramfs-devices.cpio.gz (the kernel unpacks both), made again when
+    either is newer; without the devices part it says what to build."""
+    import os
+    from lab import artifacts
+    lean, extra = tmp_path / "initramfs.cpio.gz", tmp_path / artifacts.DEVICES_INITRD
+    lean.write_bytes(b"lean")
+    found = artifacts.Artifacts(str(tmp_path), str(tmp_path / "bzImage"), str(lean))
+    assert found.initrd_for("lean") == str(lean)
+    with pytest.raises(virt.LabError, match="initramfs-devices.cpio.gz"):
+        found.initrd_for("zoo")
+    extra.write_bytes(b"+zoo")
+    found.devices_initrd = str(extra)
+    combined = found.initrd_for("zoo")
+    assert open(combined, "rb").read() == b"lean+zoo"
+    os.utime(extra, (os.path.getmtime(combined) + 10,) * 2)
+    extra.write_bytes(b"+zoo2")
+    os.utime(extra, (os.path.getmtime(combined) + 10,) * 2)
+    assert open(found.initrd_for("zoo"), "rb").read() == b"lean+zoo2"
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
