@@ -125,8 +125,6 @@ class Guest:
         self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES[:4]]  # kernel, initramfs, swap, ssdt
         self.scratch = {device: name + suffix for device, suffix in device_sets.scratch_volumes(device_set).items()}
         self.volumes += list(self.scratch.values())
-        # the device probes' result after boot (wait_devices)
-        self.devices_ready = None
         self.pool = None
 
     # ------------------------------------------------------------ lifecycle
@@ -160,14 +158,12 @@ class Guest:
     def wait_devices(self, timeout=DEVICES_READY_SECONDS):
         """On a device guest, wait until every device's probe passes once
         (guest/pmlab-probe --wait); GuestError naming the devices that never
-        worked. Kept in devices_ready: the records' proof that the devices
-        worked before the first suspend."""
+        worked."""
         words = device_sets.probe_arguments(self.device_set)
         if not words:
             return
         reply = self.agent.call(f"pmlab-probe --wait {timeout} {' '.join(words)}", timeout=timeout + 60)
-        self.devices_ready = device_sets.parse_probes(reply.output, asked=words)
-        broken = device_sets.broken(self.devices_ready)
+        broken = device_sets.broken(device_sets.parse_probes(reply.output, asked=words))
         if broken:
             raise GuestError(f"guest {self.name}: devices not working after boot: " +
                              "; ".join(f"{device} {probe}: {error}" for device, probe, error in broken) +

@@ -133,13 +133,13 @@ class CallPairs:
     devices, never one device's own calls)."""
 
     def __init__(self):
-        self._open = {}  # (driver, name) -> [(identity, call)]
+        self._open = {}  # (driver, name) -> [open calls]
 
-    def started(self, driver, name, identity, call):
-        self._open.setdefault((driver.strip(), name), []).append((identity, call))
+    def started(self, driver, name, call):
+        self._open.setdefault((driver.strip(), name), []).append(call)
 
     def ended(self, driver, name):
-        """(identity, call) the end closes, or None."""
+        """The call the end closes, or None."""
         stack = self._open.get((driver.strip(), name))
         return stack.pop() if stack else None
 
@@ -170,13 +170,12 @@ def callbacks(events):
                     "t": event.ts, "us": None, "err": None}
             device = device_id(match["driver"], match["device"], match["parent"])
             sequences.setdefault(device, []).append(call)
-            pairs.started(match["driver"], match["device"], device, call)
+            pairs.started(match["driver"], match["device"], call)
         elif event.name == "device_pm_callback_end":
             match = CALLBACK_END.match(event.body)
-            opened = match and pairs.ended(match["driver"], match["device"])
-            if not opened:
+            call = match and pairs.ended(match["driver"], match["device"])
+            if not call:
                 continue
-            call = opened[1]
             call["us"] = round((event.ts - call["t"]) * 1e6, 1)
             call["err"] = int(match["err"])
     return sequences

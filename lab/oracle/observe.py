@@ -181,12 +181,11 @@ def from_trace(text):
             if side == "prepare" and callback == "complete":
                 call.tags.add("retry")
             calls.append(call)
-            pairs.started(match["driver"], match["device"], device, call)
+            pairs.started(match["driver"], match["device"], call)
         elif event.name == "device_pm_callback_end":
             match = trace_mod.CALLBACK_END.match(event.body)
-            opened = match and pairs.ended(match["driver"], match["device"])
-            if opened:
-                call = opened[1]
+            call = match and pairs.ended(match["driver"], match["device"])
+            if call:
                 call.ret = int(match["err"])
                 call.text += f" err={call.ret}"
     return calls, parents
