@@ -16,6 +16,7 @@ import os
 import sys
 
 from lab import options
+from lab.errors import LabError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"
@@ -33,7 +34,12 @@ def run(argv):
     lab_run.add_options(parser)
     parser.add_argument("--no-dashboard", action="store_true", help="do not draw the dashboard afterwards")
     args = parser.parse_args(argv)
-    code = lab_run.main([arg for arg in argv if arg != "--no-dashboard"])
+    try:
+        request = lab_run.request_from(args)
+    except LabError as error:
+        print(f"lab.run: {error}", file=sys.stderr)
+        return 2
+    code = lab_run.run(request).code
     if code == 2 or args.no_dashboard:  # bad input or setup: nothing ran
         return code
     drawn = dashboard(["--results", args.results])

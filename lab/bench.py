@@ -51,7 +51,7 @@ import time
 
 from lab import artifacts as artifacts_mod
 from lab import files
-from lab import devices, modes, options, virt
+from lab import devices, modes, options, request, virt
 from lab.guest import BASE_CMDLINE
 from lab.qmp import QMP
 from lab.records import RunDir, new_run_id
@@ -87,7 +87,7 @@ def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf",
         disk.truncate(1 << 30)
     bus = profile["root_bus"]
     cmdline = " ".join(w for w in (BASE_CMDLINE, f"pmlab.mode=raw-s3 pmlab.count={cycles}",
-                                   options.pmtest_tree_cmdline(pmtest_tree), devices.modules_cmdline(device_set))
+                                   request.pmtest_tree_cmdline(pmtest_tree), devices.modules_cmdline(device_set))
                        if w)
     zoo = []
     if devices.scratch_volumes(device_set):
@@ -312,7 +312,7 @@ def main(argv=None):
                              "no stock floor (Debian's kernel lacks the lab kernel's driver modules)")
     args = parser.parse_args(argv)
     try:
-        args.pmtest_tree = options.pmtest_tree(args.pmtest_tree)
+        args.pmtest_tree = request.pmtest_tree(args.pmtest_tree)
         cycles = bench_cycles(args.mode, args.cycles)
         if args.block < 1:
             raise virt.LabError(f"--block must be at least 1, not {args.block}")

@@ -31,7 +31,7 @@ import ctypes
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import libvirt
 
@@ -40,6 +40,7 @@ from lab.guest_agent import AgentTimeout, quote
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
 from lab.records import RECORD_VERSION, hang_dump_path, iso, report_path
+from lab.request import Watchdogs
 
 RTC_WAKE_SECONDS = 2
 # The guest's report comes over the agent's stream, libvirt's PMWakeup event
@@ -59,16 +60,6 @@ PM_TEST_REACH = {
     "processors": ("dpm_suspend_noirq", "machine_suspend"),
     "core": ("dpm_suspend_noirq", "machine_suspend"),
 }
-
-
-@dataclass
-class Watchdogs:
-    """Seconds each phase may take before the cycle counts as hung."""
-    boot: float = 300      # fresh guest: domain start -> agent answers
-    suspend: float = 60    # request sent -> guest asleep (event / console marker)
-    resume: float = 60     # wake sent -> the guest's report arrives
-    hibernate: float = 240  # request sent -> image written, domain off / reboot
-    restore: float = 300   # domain started again -> report from the resumed image
 
 
 @dataclass(frozen=True)
@@ -646,20 +637,3 @@ def rss_kib():
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def watchdogs_from(text_items):
-    """Watchdogs from ["phase=seconds", ...] (CLI and pytest options)."""
-    from lab.virt import LabError
-    values = asdict(Watchdogs())
-    for item in text_items or ():
-        phase, sep, seconds = item.partition("=")
-        if not sep or phase not in values:
-            raise LabError(f"bad watchdog '{item}': use PHASE=SECONDS with PHASE one of {', '.join(values)}")
-        try:
-            values[phase] = float(seconds)
-        except ValueError:
-            raise LabError(f"bad watchdog '{item}': '{seconds}' is not a number of seconds") from None
-        if values[phase] <= 0:
-            raise LabError(f"bad watchdog '{item}': must be positive")
-    return Watchdogs(**values)

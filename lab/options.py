@@ -26,6 +26,8 @@ runs it as a process) and lab imports nothing above it.
 import os
 
 from lab import devices, modes
+from lab.errors import LabError
+from lab.profiles import PROFILES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "results")
@@ -76,7 +78,6 @@ def artifacts_dir(args, default=None):
     bad --kernel/--series, or a mix that names two kernels)."""
     from lab import artifacts as artifacts_mod
     from lab import kernels
-    from lab.virt import LabError
     spec, series, config = (getattr(args, name, None) for name in ("kernel", "series", "config"))
     if names_kernel(args):
         if args.baseline or (args.artifacts and args.artifacts != default):
@@ -95,7 +96,7 @@ def add_guest(parser, defaults=None):
     `defaults` {option: value}; None leaves an option to lab.run's default."""
     defaults = defaults or {}
     parser.add_argument("--uri", default=defaults.get("uri"), help="libvirt URI (default qemu:///system)")
-    parser.add_argument("--profile", default=defaults.get("profile"), choices=defaults.get("profiles"),
+    parser.add_argument("--profile", default=defaults.get("profile"), choices=sorted(PROFILES),
                         help="machine: q35-ovmf (default) or the faster pc-seabios")
     parser.add_argument("--memory", type=int, default=defaults.get("memory"), help="guest MiB (default 512)")
     parser.add_argument("--vcpus", type=int, default=defaults.get("vcpus"), help="guest CPUs (default 1)")
@@ -113,43 +114,6 @@ def add_guest(parser, defaults=None):
                         help="boot without the profile's firmware errata (lab/virt.py PROFILES: q35-ovmf "
                              "reserves the page Debian's OVMF clears on every S3 resume); pmtest_ramguard "
                              "then shows the firmware's damage, a fail in phase platform")
-
-
-def pmtest_tree(text):
-    """(depth, fanout) from --pmtest-tree DEPTHxFANOUT, or None; LabError
-    naming the value otherwise. The limit is pmtest's own (pmtest_platform.c
-    PMTEST_TREE_MAX): at most 256 devices a tree."""
-    if text is None:
-        return None
-    from lab.virt import LabError
-    depth, sep, fanout = text.partition("x")
-    if not sep or not depth.isdigit() or not fanout.isdigit():
-        raise LabError(f"bad --pmtest-tree '{text}': give DEPTHxFANOUT, e.g. 1x1 or 2x2")
-    depth, fanout = int(depth), int(fanout)
-    devices = sum(fanout ** level for level in range(depth + 1)) if fanout else 1
-    if devices > 256:
-        raise LabError(f"bad --pmtest-tree '{text}': {devices} devices a tree, pmtest allows 256")
-    return depth, fanout
-
-
-def pmtest_tree_cmdline(tree):
-    """Kernel command line words for pmtest's tree size (guest/init passes
-    pmtest.* words to insmod)."""
-    return f"pmtest.depth={tree[0]} pmtest.fanout={tree[1]}" if tree else ""
-
-
-def guest_argv(args):
-    """The add_guest options given, as lab.run arguments."""
-    out = []
-    for option in ("uri", "profile", "memory", "vcpus", "pmtest_tree", "devices"):
-        value = getattr(args, option, None)
-        if value is not None:
-            out += [f"--{option.replace('_', '-')}", str(value)]
-    for value in getattr(args, "watchdog", None) or ():
-        out += ["--watchdog", value]
-    if getattr(args, "firmware_errata", True) is False:
-        out.append("--no-firmware-errata")
-    return out
 
 
 def add_inject(parser, what="one cycle"):

@@ -97,15 +97,18 @@ KEEP = ("full", "failures")  # --keep: every cycle's full evidence, or only a cy
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
-    def __init__(self, results_root, run_id, keep="full", link_latest=True):
-        """keep: which cycles keep their full report (lab.cycle.keep_evidence);
+    def __init__(self, results_root, name, keep="full", link_latest=True, run_id=None):
+        """name: the directory under results_root; run_id: the records' run
+        id, if not the name (a nightly shard's directory is <run-id>-shardIofN);
+        keep: which cycles keep their full report (lab.cycle.keep_evidence);
         link_latest=False: an existing run gets side files added later
         (./pmlab sleepgraph); `latest` keeps pointing at the newest run."""
         if keep not in KEEP:
             raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
-        self.run_id = run_id
+        self.name = name
+        self.run_id = run_id or name
         self.keep = keep  # which cycles keep their full report and console lines (lab.cycle.keep_evidence)
-        self.path = os.path.join(results_root, run_id)
+        self.path = os.path.join(results_root, name)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
         self.summary_path = os.path.join(self.path, "summary.json")
@@ -114,7 +117,7 @@ class RunDir:
         link = os.path.join(results_root, "latest")
         temporary = f"{link}.{os.getpid()}"
         try:
-            os.symlink(run_id, temporary)
+            os.symlink(name, temporary)
             os.replace(temporary, link)
         except OSError:
             pass

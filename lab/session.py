@@ -8,8 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import libvirt
 
-from lab import devices, options, virt
-from lab.cycle import Watchdogs, drive_cycle, release_free_memory
+from lab import devices, request, virt
+from lab.cycle import drive_cycle, release_free_memory
+from lab.request import Watchdogs
 from lab.guest import Guest, GuestError
 from lab.records import injected, iso, state_of
 
@@ -22,7 +23,7 @@ class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
                  connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True,
-                 device_set="lean"):
+                 device_set="lean", guest_stem=None):
         if profile not in virt.PROFILES:
             raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -32,10 +33,10 @@ class Session:
         self.worker = worker
         self.memory_mib = memory_mib
         self.vcpus = vcpus
-        # pmtest's tree size (lab.options.pmtest_tree): a boot parameter, and
+        # pmtest's tree size (lab.request.pmtest_tree): a boot parameter, and
         # in every record, since it sets how many devices a cycle walks
         self.pmtest_tree = pmtest_tree
-        self.cmdline_extra = " ".join(w for w in (cmdline_extra, options.pmtest_tree_cmdline(pmtest_tree)) if w)
+        self.cmdline_extra = " ".join(w for w in (cmdline_extra, request.pmtest_tree_cmdline(pmtest_tree)) if w)
         self.connection = connection or virt.Connection(uri)
         self.sleepgraph_files = sleepgraph_files  # every cycle's, not only those that did not pass
         # the profile's firmware errata on the kernel command line (lab.virt.PROFILES)
@@ -43,6 +44,9 @@ class Session:
         if device_set not in devices.SETS:
             raise virt.LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
         self.device_set = device_set  # lab.devices: lean or zoo
+        # guests are named <stem>-<boot>: unique per run directory and
+        # per process of one run (a nightly chunk's stem names its first cycle)
+        self.guest_stem = guest_stem or f"pmlab-{rundir.name}-{worker}"
         self.guest = None
         self.guests_booted = 0
         self.reconnects = 0
@@ -57,7 +61,7 @@ class Session:
                 print(f"lab: deleted {len(swept)} volumes of guests that no longer exist "
                       f"(a killed run's): {', '.join(swept[:3])}{' ...' if len(swept) > 3 else ''}", flush=True)
         self.guests_booted += 1
-        name = f"pmlab-{self.rundir.run_id}-{self.worker}-{self.guests_booted}"
+        name = f"{self.guest_stem}-{self.guests_booted}"
         guest = Guest(self.connection, name, self.artifacts,
                       self.rundir.file("console", f"{name}.log"), self.profile,
                       self.cmdline_extra, self.memory_mib, self.vcpus, self.firmware_errata, self.device_set)

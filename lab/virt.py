@@ -17,17 +17,15 @@ from xml.sax.saxutils import escape
 
 import libvirt
 
+from lab.errors import LabError  # noqa: F401 (lab.virt.LabError: older importers)
 from lab import devices as device_sets
+# the machine profiles are data of their own (lab/profiles.py), read by the LAVA jobs too
+from lab.profiles import PROFILES, errata_cmdline, ramguard_cmdline  # noqa: F401
 
 DEFAULT_URI = "qemu:///system"
 POOL_NAME = "pmlab"
 POOL_PATH = "/var/lib/libvirt/pmlab"
 AGENT_CHANNEL = "org.pmlab.agent.0"
-
-
-class LabError(Exception):
-    """A problem the user must fix (bad input, missing artifact, no libvirt):
-    reported as one clear message, before any guest starts when possible."""
 
 
 # ---------------------------------------------------------------- daemons
@@ -435,52 +433,6 @@ def sweep_orphan_volumes(conn, pool, min_age=600, prefix="pmlab-"):
 
 
 # -------------------------------------------------------------- domain XML
-
-# Machine profiles. q35 + OVMF is the default: UEFI firmware with a real S3
-# resume path. pc + SeaBIOS boots ~3x faster, but after an S3 resume
-# `poweroff -f` hangs there; it is an option, named for what it is.
-# Every PCI device gets a fixed slot on the root bus: libvirt would otherwise
-# put virtio devices behind pcie-root-ports on q35 (more devices to suspend)
-# and the edu device, added by QEMU arguments, could take a slot libvirt wants.
-PROFILES = {
-    "q35-ovmf": {
-        "machine": "q35",
-        "root_bus": "pcie.0",
-        "loader": "/usr/share/OVMF/OVMF_CODE_4M.fd",
-        "nvram_template": "/usr/share/OVMF/OVMF_VARS_4M.fd",
-        # Debian 12's OVMF (2022.11) clears its work area page 0x808000 on
-        # every S3 resume while its memory map gives that page to the OS:
-        # reserve it, as a kernel quirk would (pmtest_ramguard.ko finds it
-        # without this; lab.run --no-firmware-errata).
-        "errata": ("memmap=4K$0x808000",),
-        # pmtest_ramguard.ko compares the RAM pages of OVMF's SEC/PEI window
-        # across every S3 resume (the kernel's own suspend path leaves them
-        # alone; elsewhere it does not, so the guard is not spread wider).
-        "ramguard": ("pmtest_ramguard.start=0x800000", "pmtest_ramguard.size=0x100000"),
-    },
-    "pc-seabios": {"machine": "pc", "root_bus": "pci.0", "loader": None, "nvram_template": None,
-                   "errata": (), "ramguard": ()},
-}
-
-
-def errata_cmdline(profile):
-    """Kernel command line words that keep the profile's known firmware bugs
-    off the kernel under test (PROFILES' "errata"; the guests of lab.guest
-    and the LAVA jobs alike)."""
-    return " ".join(_profile(profile)["errata"])
-
-
-def ramguard_cmdline(profile):
-    """The words that point pmtest_ramguard.ko at the profile's firmware
-    window (PROFILES' "ramguard"); none: the guard stays off."""
-    return " ".join(_profile(profile)["ramguard"])
-
-
-def _profile(name):
-    if name not in PROFILES:
-        raise LabError(f"unknown machine profile '{name}' (known: {', '.join(PROFILES)})")
-    return PROFILES[name]
-
 
 def domain_xml(name, profile, kernel, initrd, cmdline, swap_volume, console_log,
                memory_mib=512, vcpus=1, extra_devices=("edu",), acpi_tables=(), device_set="lean",

@@ -24,7 +24,7 @@ from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import virt  # noqa: E402
-from lab.cycle import watchdogs_from  # noqa: E402
+from lab.request import watchdogs_from  # noqa: E402
 from lab.records import RunDir, new_run_id  # noqa: E402
 
 RECORDINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recordings")

@@ -12,6 +12,7 @@ import pytest
 
 from cli import main as cli
 from lab import modes, options
+from lab import request as request_mod
 from lab.virt import LabError
 from conftest import REPO
 from pipelines import bisect as bisect_mod
@@ -197,7 +198,7 @@ def test_long_runs_refuse_a_bad_injection_before_anything_runs(verb, extra, tmp_
 @pytest.mark.parametrize("text, want", [("1x1", (1, 1)), ("2x2", (2, 2)), ("0x5", (0, 5)), ("7x0", (7, 0)),
                                         ("7x2", (7, 2)), (None, None)])
 def test_pmtest_tree_sizes(text, want):
-    assert options.pmtest_tree(text) == want
+    assert request_mod.pmtest_tree(text) == want
 
 
 @pytest.mark.parametrize("text, problem", [("2", "give DEPTHxFANOUT"), ("ax2", "give DEPTHxFANOUT"),
@@ -206,18 +207,17 @@ def test_pmtest_tree_sizes(text, want):
                                            ("3x7", "400 devices a tree, pmtest allows 256")])
 def test_a_pmtest_tree_pmtest_would_refuse_is_refused_on_the_host(text, problem):
     with pytest.raises(LabError, match=problem):
-        options.pmtest_tree(text)
+        request_mod.pmtest_tree(text)
 
 
-def test_the_pmtest_tree_reaches_the_guest_command_line_and_every_shard():
-    assert options.pmtest_tree_cmdline((1, 1)) == "pmtest.depth=1 pmtest.fanout=1"
-    assert options.pmtest_tree_cmdline(None) == ""
+def test_the_pmtest_tree_reaches_the_guest_command_line():
+    assert request_mod.pmtest_tree_cmdline((1, 1)) == "pmtest.depth=1 pmtest.fanout=1"
+    assert request_mod.pmtest_tree_cmdline(None) == ""
     parser = argparse.ArgumentParser()
     options.add_guest(parser)
-    args = parser.parse_args(["--pmtest-tree", "1x1", "--profile", "pc-seabios"])
-    assert options.guest_argv(args) == ["--profile", "pc-seabios", "--pmtest-tree", "1x1"]
-    args = parser.parse_args(["--no-firmware-errata"])
-    assert options.guest_argv(args) == ["--no-firmware-errata"]
+    args = parser.parse_args(["--pmtest-tree", "1x1", "--profile", "pc-seabios", "--no-firmware-errata"])
+    guest = request_mod.guest_from_args(args)
+    assert (guest.pmtest_tree, guest.profile, guest.firmware_errata) == ((1, 1), "pc-seabios", False)
 
 
 def test_the_q35_guest_reserves_the_page_ovmf_clears_unless_told_not_to():

@@ -1,0 +1,254 @@
+"""A run request: everything one run of cycles needs, as one value.
+
+Every command that runs cycles (./pmlab run, commit, nightly, soak, bisect,
+the pytest fixtures) builds a RunRequest once from its parsed options
+(`from_args`, the options themselves are lab/options.py's) and hands it to
+lab.run.run(). Where a run really crosses a process (a nightly chunk, a
+bisect step, a soak shard on another guest), the same value is written by
+`to_json` and read back by `from_json`, the one encoder beside the one
+parser: no command line is rebuilt on the way.
+
+The plan is explicit: each planned cycle carries its number in the whole
+run (a nightly shard's cycles 2, 5, 8, ...), its mode and its pmtest knobs,
+so records are written under their plan numbers from the start.
+
+Pure: imports no libvirt (lab/errors.py, lab/modes.py only), so planning and
+checking a request work on a machine without the lab's daemons.
+"""
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass
+
+from lab import modes
+from lab.errors import LabError
+
+ENGINES = ("libvirt", "lava")
+KEEP = ("full", "failures")
+DEFAULT_URI = "qemu:///system"
+# pmtest knobs a cycle may set (guest/pmlab-cycle): kfault is any device's
+# callback (pmtest_kfault.ko), boot words for a hibernation restore's kernel.
+KNOBS = ("fault", "delay", "child", "panic", "kfault", "boot")
+
+
+@dataclass(frozen=True)
+class Watchdogs:
+    """Seconds each phase may take before the cycle counts as hung."""
+    boot: float = 300      # fresh guest: domain start -> agent answers
+    suspend: float = 60    # request sent -> guest asleep (event / console marker)
+    resume: float = 60     # wake sent -> the guest's report arrives
+    hibernate: float = 240  # request sent -> image written, domain off / reboot
+    restore: float = 300   # domain started again -> report from the resumed image
+
+
+def watchdogs_from(text_items):
+    """Watchdogs from ["phase=seconds", ...] (--watchdog, pytest's too)."""
+    values = asdict(Watchdogs())
+    for item in text_items or ():
+        phase, sep, seconds = str(item).partition("=")
+        if not sep or phase not in values:
+            raise LabError(f"bad watchdog '{item}': use PHASE=SECONDS with PHASE one of {', '.join(values)}")
+        try:
+            values[phase] = float(seconds)
+        except ValueError:
+            raise LabError(f"bad watchdog '{item}': '{seconds}' is not a number of seconds") from None
+        if values[phase] <= 0:
+            raise LabError(f"bad watchdog '{item}': must be positive")
+    return Watchdogs(**values)
+
+
+def parse_injections(items):
+    """["CYCLE:NAME=VALUE", ...] -> {cycle: ((name, value), ...)}: pmtest knobs
+    set for that cycle only (e.g. a delay past the watchdog to make it hang)."""
+    out = {}
+    for item in items or ():
+        number, sep, knob = item.partition(":")
+        name, sep2, value = knob.partition("=")
+        if not (sep and sep2 and number.isdigit() and name):
+            raise LabError(f"bad --inject '{item}': use CYCLE:KNOB=VALUE, e.g. '2:delay=* suspend 60000'")
+        if name not in KNOBS:
+            raise LabError(f"bad --inject '{item}': pmtest knobs are fault, delay, child and panic "
+                           "(kfault: any device's callback, pmtest_kfault.ko; boot: words for a "
+                           "hibernation restore's kernel command line)")
+        out[int(number)] = out.get(int(number), ()) + ((name, value),)
+    return out
+
+
+def pmtest_tree(text):
+    """(depth, fanout) from --pmtest-tree DEPTHxFANOUT, or None; LabError
+    naming the value otherwise. The limit is pmtest's own (pmtest_platform.c
+    PMTEST_TREE_MAX): at most 256 devices a tree."""
+    if text is None:
+        return None
+    if isinstance(text, (list, tuple)):
+        return tuple(text)
+    depth, sep, fanout = text.partition("x")
+    if not sep or not depth.isdigit() or not fanout.isdigit():
+        raise LabError(f"bad --pmtest-tree '{text}': give DEPTHxFANOUT, e.g. 1x1 or 2x2")
+    depth, fanout = int(depth), int(fanout)
+    devices = sum(fanout ** level for level in range(depth + 1)) if fanout else 1
+    if devices > 256:
+        raise LabError(f"bad --pmtest-tree '{text}': {devices} devices a tree, pmtest allows 256")
+    return depth, fanout
+
+
+def pmtest_tree_cmdline(tree):
+    """Kernel command line words for pmtest's tree size (guest/init passes
+    pmtest.* words to insmod)."""
+    return f"pmtest.depth={tree[0]} pmtest.fanout={tree[1]}" if tree else ""
+
+
+@dataclass(frozen=True)
+class Guest:
+    """The guest every cycle of the run boots (lab/guest.py, lab/virt.py)."""
+    uri: str = DEFAULT_URI
+    profile: str = "q35-ovmf"
+    memory: int = 512           # MiB
+    vcpus: int = 1
+    pmtest_tree: tuple = None   # (depth, fanout) or None: pmtest's default
+    devices: str = "lean"       # lab/devices.py SETS
+    firmware_errata: bool = True
+    watchdogs: Watchdogs = Watchdogs()
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One planned cycle: its number in the whole run, its mode, its knobs."""
+    number: int
+    mode: modes.Mode
+    knobs: tuple = ()           # ((name, value), ...)
+
+
+@dataclass(frozen=True)
+class Lava:
+    """Where a LAVA engine's jobs run (pipelines/lava: the lab's server)."""
+    identity: str = "pmlab"
+    jobs: int = 2
+    tags: tuple = ("q35-ovmf",)
+    artifacts_url: str = None   # an existing HTTP server of the run's artifacts
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    cycles: tuple               # (Cycle, ...) in plan order
+    artifacts: str              # the kernel's artifact directory
+    results: str                # the results root
+    run_id: str                 # the records' run id
+    run_dir: str = None         # its directory under results (default run_id; a nightly shard's own)
+    guest: Guest = Guest()
+    keep: str = "full"          # which cycles keep their full report (lab.judge.keep_evidence)
+    lab_reruns: int = 2         # reruns of a cycle the lab failed, after the plan
+    sleepgraph: bool = False    # every cycle's sleepgraph files, not only the failing ones'
+    engine: str = "libvirt"
+    lava: Lava = Lava()
+    manifest: bool = True       # write manifest.json (a nightly writes its run's own)
+
+    @property
+    def directory(self):
+        return self.run_dir or self.run_id
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def check(self):
+        """LabError naming the first bad value; nothing here needs libvirt."""
+        if not self.cycles:
+            raise LabError("the run plans no cycle")
+        numbers = [cycle.number for cycle in self.cycles]
+        if len(set(numbers)) != len(numbers) or min(numbers) < 1:
+            raise LabError(f"cycle numbers must be distinct and at least 1, not {numbers}")
+        if self.keep not in KEEP:
+            raise LabError(f"keep must be one of {', '.join(KEEP)}, not {self.keep!r}")
+        if self.lab_reruns < 0:
+            raise LabError("--lab-reruns must be 0 or more")
+        if self.guest.memory < 128 or self.guest.vcpus < 1:
+            raise LabError("--memory must be at least 128 MiB and --vcpus at least 1")
+        if self.engine not in ENGINES:
+            raise LabError(f"unknown engine '{self.engine}' (engines: {', '.join(ENGINES)})")
+        return self
+
+    # ------------------------------------------------------------ the one encoder and parser
+
+    def to_json(self):
+        value = asdict(self)
+        value["cycles"] = [[c.number, c.mode.name, c.mode.wake, [list(k) for k in c.knobs]] for c in self.cycles]
+        return json.dumps(value, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        """The request to_json wrote; LabError for anything else."""
+        try:
+            value = json.loads(text)
+            cycles = tuple(Cycle(number, modes.parse_mode(name, wake), tuple(tuple(k) for k in knobs))
+                           for number, name, wake, knobs in value.pop("cycles"))
+            guest = dict(value.pop("guest"))
+            guest["watchdogs"] = Watchdogs(**guest.get("watchdogs", {}))
+            if guest.get("pmtest_tree") is not None:
+                guest["pmtest_tree"] = tuple(guest["pmtest_tree"])
+            lava = dict(value.pop("lava"))
+            lava["tags"] = tuple(lava.get("tags", ()))
+            return cls(cycles=cycles, guest=Guest(**guest), lava=Lava(**lava), **value).check()
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise LabError(f"not a run request: {type(error).__name__}: {error}") from None
+
+    def write(self, path):
+        from lab import files
+        files.write_atomically(path, self.to_json() + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path):
+        try:
+            with open(path) as source:
+                return cls.from_json(source.read())
+        except OSError as error:
+            raise LabError(f"cannot read the run request {path}: {error.strerror}") from None
+
+
+def numbered_cycles(plan, injections=None, numbers=None):
+    """[(Mode, count)] (modes.plan) -> (Cycle, ...): numbered from 1, or by
+    `numbers` (a nightly shard's plan numbers, one per cycle); `injections`
+    {number: knobs} by those numbers."""
+    flat = [mode for _, mode in modes.numbered(plan)]
+    numbers = list(numbers) if numbers is not None else list(range(1, len(flat) + 1))
+    if len(numbers) != len(flat):
+        raise LabError(f"{len(numbers)} numbers for {len(flat)} cycles")
+    injections = injections or {}
+    return tuple(Cycle(number, mode, tuple(injections.get(number, ()))) for number, mode in zip(numbers, flat))
+
+
+def guest_from_args(args, base=Guest()):
+    """Guest settings from the options lab/options.py add_guest defines; an
+    option not given keeps `base`'s value."""
+    given = {name: getattr(args, name, None) for name in ("uri", "profile", "memory", "vcpus", "devices")}
+    changes = {name: value for name, value in given.items() if value is not None}
+    if getattr(args, "pmtest_tree", None) is not None:
+        changes["pmtest_tree"] = pmtest_tree(args.pmtest_tree)
+    if getattr(args, "watchdog", None):
+        changes["watchdogs"] = watchdogs_from(args.watchdog)
+    if getattr(args, "firmware_errata", True) is False:
+        changes["firmware_errata"] = False
+    return dataclasses.replace(base, **changes)
+
+
+def from_args(args, artifacts, run_id, plan=None, **fields):
+    """The request the parsed options of a verb name. `plan` [(Mode, count)]
+    defaults to the options' --mode (--cycles, --wake); `artifacts` is the
+    directory lab.options.artifacts_dir resolved; `fields` set the rest
+    (keep, lab_reruns, run_dir, engine, ...), options given win over them."""
+    if plan is None:
+        plan = modes.plan(getattr(args, "mode", None), getattr(args, "cycles", None), getattr(args, "wake", None))
+    for name in ("keep", "lab_reruns", "sleepgraph"):
+        if getattr(args, name, None) is not None:
+            fields[name] = getattr(args, name)
+    if getattr(args, "engine", None):
+        fields["engine"] = args.engine
+    lava = {name: getattr(args, f"lava_{name}") for name in ("identity", "jobs", "tags", "artifacts_url")
+            if getattr(args, f"lava_{name}", None) is not None}
+    if isinstance(lava.get("tags"), str):
+        lava["tags"] = tuple(tag for tag in lava["tags"].split(",") if tag)
+    if lava:
+        fields["lava"] = dataclasses.replace(fields.get("lava", Lava()), **lava)
+    return RunRequest(cycles=numbered_cycles(plan, parse_injections(getattr(args, "inject", None))),
+                      artifacts=artifacts, results=getattr(args, "results", None) or fields.pop("results"),
+                      run_id=run_id, guest=guest_from_args(args, fields.pop("guest", Guest())), **fields).check()
