@@ -150,3 +150,16 @@ def add_lab_reruns(parser, default):
                         help="run a cycle the lab failed (verdict error: a lab race, a crashed QEMU) again, "
                              "up to N times, after the plan; the error stays recorded and counted as the "
                              f"lab's (default {default})")
+
+
+def add_engine(parser):
+    """--engine libvirt|lava and where LAVA jobs run (lab/request.py Lava)."""
+    parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
+                        help="libvirt: guests on this machine (default); lava: LAVA jobs on the server of "
+                             "--lava-identity (modes mem/rtc, disk/platform, pm_test-*)")
+    parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
+    parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs a run is split into, run at once")
+    parser.add_argument("--lava-tags", default="q35-ovmf", help="device tags the LAVA jobs ask for (comma list)")
+    parser.add_argument("--artifacts-url", metavar="URL",
+                        help="an HTTP server already serving the run's artifacts to the LAVA workers "
+                             "(default: the engine serves them itself)")

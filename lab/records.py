@@ -323,15 +323,6 @@ def sleepgraph_paths(number):
 SIDE_FILES = ("report", "hang_dump", "sleepgraph_ftrace", "sleepgraph_dmesg")
 
 
-def renumbered_side_files(record, number):
-    """{field: new relative path} of the record's side files once its cycle
-    is renumbered to `number` (pipelines/nightly imports chunks under their
-    plan numbers): the "cycle<N>" in the names above becomes the new number."""
-    old = re.compile(rf"cycle{record.get('cycle')}(?!\d)")
-    return {field: old.sub(f"cycle{number}", record[field]) for field in SIDE_FILES
-            if isinstance(record.get(field), str) and record[field] and not os.path.isabs(record[field])}
-
-
 # ------------------------------------------------------------------ compact fields (version 3)
 
 # A cycle's ~1600 device callbacks were ~46 KB of its ~54 KB record (version

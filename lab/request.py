@@ -169,16 +169,20 @@ class RunRequest:
 
     # ------------------------------------------------------------ the one encoder and parser
 
-    def to_json(self):
+    def to_dict(self):
         value = asdict(self)
         value["cycles"] = [[c.number, c.mode.name, c.mode.wake, [list(k) for k in c.knobs]] for c in self.cycles]
-        return json.dumps(value, indent=1, sort_keys=True)
+        return value
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text):
-        """The request to_json wrote; LabError for anything else."""
+    def from_dict(cls, value, template=False):
+        """The request to_dict gave; LabError for anything else. A template
+        (a nightly's settings for its chunks) may plan no cycle."""
         try:
-            value = json.loads(text)
+            value = dict(value)
             cycles = tuple(Cycle(number, modes.parse_mode(name, wake), tuple(tuple(k) for k in knobs))
                            for number, name, wake, knobs in value.pop("cycles"))
             guest = dict(value.pop("guest"))
@@ -187,9 +191,18 @@ class RunRequest:
                 guest["pmtest_tree"] = tuple(guest["pmtest_tree"])
             lava = dict(value.pop("lava"))
             lava["tags"] = tuple(lava.get("tags", ()))
-            return cls(cycles=cycles, guest=Guest(**guest), lava=Lava(**lava), **value).check()
+            request = cls(cycles=cycles, guest=Guest(**guest), lava=Lava(**lava), **value)
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise LabError(f"not a run request: {type(error).__name__}: {error}") from None
+        return request if template and not cycles else request.check()
+
+    @classmethod
+    def from_json(cls, text):
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            raise LabError(f"not a run request: {error}") from None
+        return cls.from_dict(value)
 
     def write(self, path):
         from lab import files
@@ -231,24 +244,35 @@ def guest_from_args(args, base=Guest()):
     return dataclasses.replace(base, **changes)
 
 
-def from_args(args, artifacts, run_id, plan=None, **fields):
+def from_args(args, artifacts, run_id, plan=None, numbers=None, **fields):
     """The request the parsed options of a verb name. `plan` [(Mode, count)]
     defaults to the options' --mode (--cycles, --wake); `artifacts` is the
-    directory lab.options.artifacts_dir resolved; `fields` set the rest
-    (keep, lab_reruns, run_dir, engine, ...), options given win over them."""
+    directory lab.options.artifacts_dir resolved; `numbers` the plan's
+    cycle numbers (default 1, 2, ...; --inject names them); `fields` set the
+    rest (keep, lab_reruns, run_dir, engine, ...); options given win."""
     if plan is None:
         plan = modes.plan(getattr(args, "mode", None), getattr(args, "cycles", None), getattr(args, "wake", None))
+    cycles = numbered_cycles(plan, parse_injections(getattr(args, "inject", None)), numbers)
+    return template_from(args, artifacts, run_id, **fields).replace(cycles=cycles).check()
+
+
+def template_from(args, artifacts, run_id, **fields):
+    """A request without cycles: the settings every chunk of a long run
+    shares (pipelines/nightly plans the cycles chunk by chunk)."""
     for name in ("keep", "lab_reruns", "sleepgraph"):
         if getattr(args, name, None) is not None:
             fields[name] = getattr(args, name)
     if getattr(args, "engine", None):
         fields["engine"] = args.engine
-    lava = {name: getattr(args, f"lava_{name}") for name in ("identity", "jobs", "tags", "artifacts_url")
+    lava = {name: getattr(args, f"lava_{name}") for name in ("identity", "jobs", "tags")
             if getattr(args, f"lava_{name}", None) is not None}
+    if getattr(args, "artifacts_url", None):
+        lava["artifacts_url"] = args.artifacts_url
     if isinstance(lava.get("tags"), str):
         lava["tags"] = tuple(tag for tag in lava["tags"].split(",") if tag)
     if lava:
         fields["lava"] = dataclasses.replace(fields.get("lava", Lava()), **lava)
-    return RunRequest(cycles=numbered_cycles(plan, parse_injections(getattr(args, "inject", None))),
-                      artifacts=artifacts, results=getattr(args, "results", None) or fields.pop("results"),
-                      run_id=run_id, guest=guest_from_args(args, fields.pop("guest", Guest())), **fields).check()
+    results = getattr(args, "results", None) or fields.pop("results")
+    fields.pop("results", None)
+    return RunRequest(cycles=(), artifacts=artifacts, results=results, run_id=run_id,
+                      guest=guest_from_args(args, fields.pop("guest", Guest())), **fields)

@@ -6,8 +6,9 @@
                                 the cycles its lab.run processes have recorded so far);
                                 ID may also be one nightly run (e.g. --engine lava's)
 
-Each guest is one pipelines/nightly shard (--shard i/N, one --run-id), all
-started at once. The kernel artifacts are first copied into
+Each guest is one nightly shard (i/N of one run id), all started at once,
+each a process of its own (`python3 -m pipelines.nightly --request FILE`:
+a NightlyRequest, pipelines/nightly.py, written by its one encoder). The kernel artifacts are first copied into
 results/<run-id>/artifacts/, so every guest of the soak boots the same
 kernel even if build/out is rebuilt meanwhile. Rerunning the same command
 resumes every shard (nightly's resume). When the shards end, they are
@@ -42,13 +43,12 @@ if __package__ in (None, ""):
 
 from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
-from lab.run import parse_injections  # noqa: E402
-from lab.virt import PROFILES, LabError  # noqa: E402
+from lab.errors import LabError  # noqa: E402
+from pipelines import nightly  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab import bench  # noqa: E402
 from lab.records import cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
-from pipelines.nightly import chunk_records  # noqa: E402
 
 PROG = "soak"
 
@@ -70,8 +70,7 @@ def parse_args(argv):
                         help="cycles per lab.run process (default: the whole shard, one process per guest)")
     parser.add_argument("--bench-cycles", type=int, default=20, help="lab.bench cycles at the end (0: none)")
     parser.add_argument("--report", metavar="RUN_ID", help="only print the numbers of this soak (or nightly run)")
-    options.add_guest(parser.add_argument_group("passed to every guest's lab.run"),
-                      {"profiles": sorted(PROFILES)})
+    options.add_guest(parser.add_argument_group("every guest's settings (as lab.run's)"))
     options.add_inject(parser, "that cycle of the soak's plan (passed to the nightly shard that runs it)")
     options.add_keep(parser, "failures")
     args = parser.parse_args(argv)
@@ -105,22 +104,14 @@ def shard_dirs(results, run_id, guests):
             for index in range(1, guests + 1)]
 
 
-def shard_command(args, artifacts, index):
-    """The nightly command line of guest `index` (1-based) of the soak."""
+def shard_request(args, artifacts, index):
+    """The NightlyRequest of guest `index` (1-based) of the soak."""
     per_shard = math.ceil(args.max_cycles / args.guests) if args.max_cycles else 1000
-    argv = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", args.run_id,
-            "--shard", f"{index}/{args.guests}", "--results", args.results,
-            "--artifacts", artifacts, "--chunk", str(args.chunk or per_shard), "--keep", args.keep]
-    if args.max_cycles:
-        argv += ["--max-cycles", str(args.max_cycles)]
-    if args.hours:
-        argv += ["--hours", str(args.hours)]
-    for mode in args.mode:
-        argv += ["--mode", mode]
-    argv += options.guest_argv(args)
-    for item in args.inject or ():
-        argv += ["--inject", item]
-    return argv
+    shard_args = argparse.Namespace(**{**vars(args), "shard": f"{index}/{args.guests}",
+                                       "chunk": args.chunk or per_shard, "artifacts": artifacts,
+                                       "baseline": False, "kernel": None, "series": None, "config": None,
+                                       "dry_run": False, "engine": None})
+    return nightly.request_from(shard_args, args.run_id)
 
 
 def run_shards(args, artifacts):
@@ -128,9 +119,13 @@ def run_shards(args, artifacts):
     SIGINT/SIGTERM go to every nightly (each records its cycle in flight)."""
     processes = []
     for index in range(1, args.guests + 1):
-        argv = shard_command(args, artifacts, index)
+        request = shard_request(args, artifacts, index)
+        path = os.path.join(args.results, args.run_id, f"shard{index}-request.json")
+        with open(path, "w") as out:
+            out.write(request.to_json() + "\n")
+        argv = [PYTHON, "-m", "pipelines.nightly", "--request", path]
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                          errors="replace", bufsize=1, start_new_session=True))
+                                          errors="replace", bufsize=1, start_new_session=True, cwd=REPO))
 
     def forward(signum, frame):
         log(PROG, f"signal {signum}: stopping every guest after its current cycle")
@@ -327,14 +322,9 @@ def report_lines(run_id, result, command=None):
 
 
 def shard_records(shard_dir):
-    """A shard's records: its run's, plus those of a chunk still running (or
-    left by a killed run) under their plan numbers. Read only."""
-    records = {r["cycle"]: r for r in read_cycles(cycles_path(shard_dir))}
-    chunks = os.path.join(shard_dir, "chunks")
-    for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else ():
-        for _, number, record in chunk_records(os.path.join(chunks, name)) or ():
-            records.setdefault(number, dict(record, cycle=number))
-    return [records[n] for n in sorted(records)]
+    """A shard's records, those of its cycle in flight too (a "started"
+    line: running, or left by a killed run). Read only."""
+    return read_cycles(cycles_path(shard_dir))
 
 
 def report(args, bench=None):
@@ -384,15 +374,16 @@ def main(argv=None):
             raise SoakError("give --max-cycles N and/or --hours H")
         args.mode = args.mode or ["mem*20", "disk"]
         plan_mod.expand_modes(args.mode)
-        parse_injections(args.inject)
+        nightly.request_from(argparse.Namespace(**{**vars(args), "shard": None, "chunk": 1, "dry_run": False}),
+                             "check")  # bad --inject, --pmtest-tree, ...: refused before anything runs
         args.run_id = args.run_id or f"soak-{stamp()}"
         run_path = os.path.join(args.results, args.run_id)
         os.makedirs(run_path, exist_ok=True)
         artifacts = pin_artifacts(os.path.abspath(args.artifacts), run_path)
-    except (SoakError, plan_mod.PlanError, LabError, OSError) as error:
+    except (SoakError, plan_mod.PlanError, nightly.NightlyError, LabError, OSError) as error:
         print(f"soak: {error}", file=sys.stderr)
         return 2
-    command = "pipelines/soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "./pmlab soak " + " ".join(argv if argv is not None else sys.argv[1:])
     soak_json = os.path.join(run_path, "soak.json")
     if not os.path.isfile(soak_json):
         write_json(soak_json, {"run_id": args.run_id, "command": command, "started": stamp(),

@@ -170,12 +170,6 @@ def test_smoke_and_mode_together_is_an_error(capsys):
     assert "give the smoke cycles once" in capsys.readouterr().err
 
 
-def test_nightly_passes_an_injection_to_the_chunk_that_runs_its_cycle():
-    items = ["7:fault=* suspend 5 1", "30:delay=* resume 100"]
-    assert nightly_mod.inject_options(items, [5, 6, 7, 8]) == ["--inject", "3:fault=* suspend 5 1"]
-    assert nightly_mod.inject_options(items, [1, 2]) == []
-
-
 def test_shared_results_option_has_one_meaning():
     parser = argparse.ArgumentParser()
     options.add_results(parser)

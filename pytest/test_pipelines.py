@@ -18,6 +18,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from lab.records import RunDir, close_interrupted, read_cycles, summarize  # noqa: E402
+from lab.request import RunRequest  # noqa: E402
 from pipelines import commit as commit_mod  # noqa: E402
 from pipelines import compare, junit, merge as merge_mod, nightly, plan  # noqa: E402
 from pipelines.lava import render as lava_render, results as lava_results  # noqa: E402
@@ -276,86 +277,60 @@ def test_resume_point_and_interrupted_record():
     assert compare.local_buckets(closed) == ["error-in-interrupted"]
 
 
-def _chunk(root, chunk_id, numbers, modes, finished, started_only=()):
-    """A chunk directory as lab.run leaves it (local numbering from 1)."""
-    rundir = RunDir(root, chunk_id)
-    with open(os.path.join(rundir.path, "chunk.json"), "w") as out:
-        json.dump({"numbers": numbers, "modes": modes}, out)
-    for local in range(1, len(numbers) + 1):
-        if local not in finished and local not in started_only:
-            continue
-        base = rec(local, modes[local - 1], status="started", guest=f"pmlab-{chunk_id}-w0-1")
-        base["run_id"] = chunk_id
-        rundir.append(base)
-        if local in finished:
-            os.makedirs(rundir.file("reports"), exist_ok=True)
-            with open(rundir.file("reports", f"cycle{local}.txt.gz"), "w") as out:
-                out.write(f"report of local cycle {local}")
-            rundir.append(dict(base, status="done", verdict="pass", phase=None, reason=None,
-                               report=f"reports/cycle{local}.txt.gz"))
-    with open(rundir.file("console", f"pmlab-{chunk_id}-w0-1.log"), "w") as out:
-        out.write("console\n")
-    return rundir.path
+def test_a_chunk_request_carries_plan_numbers_modes_and_knobs(tmp_path):
+    """A nightly shard's chunk is a RunRequest of its plan numbers: lab.run
+    writes them under those numbers (no renumbering), and it crosses the
+    process by the one encoder and parser."""
+    args = nightly.parse_args(["--run-id", "soak", "--shard", "2/3", "--max-cycles", "12", "--results",
+                               str(tmp_path), "--artifacts", "/a", "--inject", "5:fault=* suspend 5 1",
+                               "--profile", "pc-seabios", "--pmtest-tree", "1x1"])
+    request = nightly.request_from(args)
+    chunk = request.chunk_request([2, 5, 8])
+    assert [(c.number, c.mode.name, c.knobs) for c in chunk.cycles] == [
+        (2, plan.mode_of(2, list(plan.DEFAULT_MODES)), ()),
+        (5, plan.mode_of(5, list(plan.DEFAULT_MODES)), (("fault", "* suspend 5 1"),)),
+        (8, plan.mode_of(8, list(plan.DEFAULT_MODES)), ())]
+    assert (chunk.run_id, chunk.directory, chunk.lab_reruns, chunk.keep) == ("soak", "soak-shard2of3", 0, "failures")
+    assert (chunk.guest.profile, chunk.guest.pmtest_tree) == ("pc-seabios", (1, 1))
+    assert RunRequest.from_json(chunk.to_json()) == chunk
+    assert nightly.NightlyRequest.from_json(request.to_json()) == request
 
 
-def test_import_chunk_renumbers_and_closes_interrupted(tmp_path):
-    results = str(tmp_path / "results")
-    run = RunDir(results, "soak-shard2of3")
-    chunks = os.path.join(run.path, "chunks")
-    chunk = _chunk(chunks, "soak.c000002", [2, 5, 8, 11], ["freeze", "disk", "mem", "freeze"],
-                   finished=[1, 2], started_only=[3])
-    imported = nightly.import_chunk(chunk, run, "soak")
-    assert not os.path.exists(chunk)
+def test_settle_chunk_closes_the_cycles_its_dead_lab_run_left(tmp_path):
+    run = RunDir(str(tmp_path / "results"), "soak-shard2of3", run_id="soak")
+    run.append(dict(rec(2, "freeze"), run_id="soak"))
+    run.append(dict(rec(5, "disk", status="started"), run_id="soak"))
+    settled = nightly.settle_chunk(run, [2, 5, 8])
+    assert [(r["cycle"], r["verdict"], r.get("phase")) for r in settled] == [(2, "pass", None),
+                                                                            (5, "error", "interrupted")]
     records = read_cycles(run.cycles_path)
-    assert [(r["cycle"], r["mode"], r["verdict"], r["run_id"]) for r in records] == [
-        (2, "freeze", "pass", "soak"), (5, "disk", "pass", "soak"), (8, "mem", "error", "soak")]
-    assert records[2]["phase"] == "interrupted" and len(imported) == 3
-    assert records[1]["report"] == "reports/cycle5.txt.gz"
-    with open(os.path.join(run.path, "reports", "cycle5.txt.gz")) as source:
-        assert source.read() == "report of local cycle 2"
-    assert os.path.isfile(os.path.join(run.path, "console", "pmlab-soak.c000002-w0-1.log"))
-    assert plan.resume_point(records)[0] == 8  # continue with cycle 11
-
-
-def test_import_chunk_again_after_a_cut_short_import_adds_no_duplicate(tmp_path):
-    """An import stopped by a full disk left cycle 2 in the run and the whole
-    chunk in place: importing again moves only what is missing."""
-    results = str(tmp_path / "results")
-    run = RunDir(results, "soak-shard2of3")
-    chunks = os.path.join(run.path, "chunks")
-    chunk = _chunk(chunks, "soak.c000002", [2, 5], ["freeze", "disk"], finished=[1, 2])
-    run.append({"run_id": "soak", "cycle": 2, "status": "done", "mode": "freeze", "verdict": "pass"})
-    imported = nightly.import_chunk(chunk, run, "soak")
-    assert [r["cycle"] for r in imported] == [5]
-    with open(run.cycles_path) as source:
-        done = [json.loads(line)["cycle"] for line in source if '"done"' in line]
-    assert sorted(done) == [2, 5]
+    assert [(r["cycle"], r["status"]) for r in records] == [(2, "done"), (5, "done")]
+    assert plan.resume_point(records)[0] == 5  # continue with cycle 8
 
 
 FAKE_LAB_RUN = r'''
 import argparse, os, sys
 sys.path.insert(0, os.environ["PMLAB_REPO"])
 from lab.records import RunDir
+from lab.request import RunRequest
 p = argparse.ArgumentParser()
-p.add_argument("--results"); p.add_argument("--run-id"); p.add_argument("--cycles")
-p.add_argument("--mode", action="append")
-a, _ = p.parse_known_args()
-d = RunDir(a.results, a.run_id)
-numbers = __import__("json").load(open(os.path.join(d.path, "chunk.json")))["numbers"]
+p.add_argument("--request")
+request = RunRequest.read(p.parse_args().request)
+d = RunDir(request.results, request.directory, run_id=request.run_id)
 die_at = int(os.environ.get("FAKE_DIE_AT_PLAN_CYCLE", "0"))
 fail_at = int(os.environ.get("FAKE_FAIL_PLAN_CYCLE", "0"))
-for local, mode in enumerate(a.mode, 1):
-    base = {"run_id": a.run_id, "cycle": local, "status": "started", "mode": mode, "wake": "x",
-            "host_start": "2026-12-03T10:00:00.000+00:00"}
+for cycle in request.cycles:
+    base = {"run_id": request.run_id, "cycle": cycle.number, "status": "started", "mode": cycle.mode.name,
+            "wake": cycle.mode.wake, "host_start": "2026-12-03T10:00:00.000+00:00"}
     d.append(base)
-    if numbers[local - 1] == die_at:
+    if cycle.number == die_at:
         if os.environ.get("FAKE_KILL_NIGHTLY"):  # the host dies: nightly too
             os.kill(os.getppid(), 9)
         os._exit(9)  # killed mid-cycle: only the "started" line
-    verdict = "fail" if numbers[local - 1] == fail_at else "pass"
+    verdict = "fail" if cycle.number == fail_at else "pass"
     d.append(dict(base, status="done", verdict=verdict, phase="suspend" if verdict == "fail" else None,
                   reason=None, host_seconds=0.01))
-    print(f"cycle {local} {mode}: {verdict}", flush=True)
+    print(f"cycle {cycle.number} {cycle.mode.name}: {verdict}", flush=True)
 '''
 
 
@@ -374,18 +349,16 @@ def test_nightly_resumes_after_a_kill(tmp_path):
     assert first.returncode == -9
     run_dir = tmp_path / "results" / "soak"
     records = read_cycles(str(run_dir / "cycles.jsonl"))
-    # Killed: the chunk in flight is still in its own directory (its lines are
-    # the state of cycles 5 and 6); the run has the chunks imported before.
-    assert [r["cycle"] for r in records] == [1, 2, 3, 4], first.stdout + first.stderr
-    chunk = run_dir / "chunks" / "soak.c000005"
-    assert [(r["cycle"], r["status"]) for r in read_cycles(str(chunk / "cycles.jsonl"))] == \
-        [(1, "done"), (2, "started")]
+    # Killed: every chunk wrote into the run under its plan numbers; the
+    # cycle in flight has only its "started" line.
+    assert [(r["cycle"], r["status"]) for r in records] == \
+        [(n, "done") for n in range(1, 6)] + [(6, "started")], first.stdout + first.stderr
     # Options that would change the plan are refused on resume.
     refused = _nightly(tmp_path, "--run-id", "soak", "--max-cycles", "12")
     assert refused.returncode == 2 and "max_cycles" in refused.stderr
     second = _nightly(tmp_path, "--run-id", "soak", "--chunk", "4")
     assert "resuming run soak after cycle 6" in second.stdout, second.stdout + second.stderr
-    assert "1 closed as interrupted" in second.stdout and not chunk.exists()
+    assert "1 closed as interrupted" in second.stdout
     records = read_cycles(str(run_dir / "cycles.jsonl"))
     assert [r["cycle"] for r in records] == list(range(1, 11))
     assert [r["cycle"] for r in records if r["verdict"] != "pass"] == [6]
@@ -636,7 +609,7 @@ def test_the_schedule_soaks_both_machine_profiles():
         for command in commands:
             words = shlex.split(expanded(definition, command))
             if words[0] == "pipelines/nightly":
-                profiles.add(nightly.parse_args(words[1:])[1].profile or "q35-ovmf")
+                profiles.add(nightly.parse_args(words[1:]).profile or "q35-ovmf")
             elif words[0] == "pipelines/soak":
                 args = soak.parse_args(words[1:])
                 assert args.guests >= 2 and args.mode == ["mem"], (definition, command)
@@ -681,18 +654,3 @@ def test_version3_records_keep_their_callbacks_through_merge_and_chunk_import(tm
     _forget_shared_values()
     assert json.dumps(compute.compute([merged]), sort_keys=True) == \
         json.dumps(compute.compute([single.path]), sort_keys=True)
-
-    # a chunk of lab.run's (local numbers from 1) imported under plan numbers
-    run = RunDir(str(tmp_path / "results"), "soak-shard1of1")
-    chunk = RunDir(os.path.join(run.path, "chunks"), "soak.c000001")
-    done = [r for r in compact if r.get("callback_table")][:2]
-    with open(os.path.join(chunk.path, "chunk.json"), "w") as out:
-        json.dump({"numbers": [7, 9], "modes": [r["mode"] for r in done]}, out)
-    for local, record in enumerate(done, 1):
-        chunk.append(dict(record, cycle=local, run_id="soak.c000001", report=None))
-    _forget_shared_values()
-    nightly.import_chunk(chunk.path, run, "soak")
-    _forget_shared_values()
-    imported = read_cycles(run.cycles_path)
-    assert [r["cycle"] for r in imported] == [7, 9]
-    assert [record_format.callbacks(r) for r in imported] == [expected[r["cycle"]][0] for r in done]

@@ -4,8 +4,8 @@ import json
 import multiprocessing
 import os
 
-from lab.records import (RunDir, append_records, close_interrupted, failed_callbacks, hang_dump_path,
-                         nearest_rank, pass_rate, read_cycles, renumbered_side_files, report_path, state_of,
+from lab.records import (RunDir, append_records, close_interrupted, failed_callbacks,
+                         nearest_rank, pass_rate, read_cycles, state_of,
                          summarize, verdict_counts, wilson, write_cycles)
 
 
@@ -173,11 +173,6 @@ def test_injected_cycles_are_counted_but_not_judged():
 def test_nearest_rank_percentile():
     values = list(range(1, 21))
     assert nearest_rank(values, 0.95) == 19 and nearest_rank(values, 0.5) == 10 and nearest_rank([7], 0.99) == 7
-
-
-def test_side_files_follow_a_renumbered_cycle():
-    old = dict(record(3), guest="w0", report=report_path(3), hang_dump=hang_dump_path(3, "w0"))
-    assert renumbered_side_files(old, 13) == {"report": report_path(13), "hang_dump": hang_dump_path(13, "w0")}
 
 
 def test_failed_callbacks_read_from_fields_and_from_old_reasons():

@@ -94,15 +94,19 @@ def test_soak_names_missing_artifacts(tmp_path, capsys):
 
 def test_every_shard_gets_the_machine_profile_and_guest_options():
     args = soak.parse_args(["--guests", "2", "--max-cycles", "10000", "--mode", "mem", "--profile", "pc-seabios",
-                            "--memory", "384", "--watchdog", "resume=30"])
+                            "--memory", "384", "--watchdog", "resume=30", "--pmtest-tree", "1x1",
+                            "--devices", "zoo", "--inject", "3:fault=* suspend 5 1", "--keep", "full"])
     args.run_id, args.results = "soak-x", "/r"
-    first, second = (soak.shard_command(args, "/a", index) for index in (1, 2))
-    for index, argv in ((1, first), (2, second)):
-        assert argv[argv.index("--shard") + 1] == f"{index}/2"
-        assert argv[argv.index("--profile") + 1] == "pc-seabios"
-        assert argv[argv.index("--memory") + 1] == "384"
-        assert argv[argv.index("--watchdog") + 1] == "resume=30"
-        assert argv[argv.index("--chunk") + 1] == "5000"
+    for index in (1, 2):
+        request = soak.shard_request(args, "/a", index)
+        guest = request.template.guest
+        assert request.shard == (index, 2) and request.chunk == 5000 and request.max_cycles == 10000
+        assert (guest.profile, guest.memory, guest.watchdogs.resume, guest.pmtest_tree, guest.devices) == \
+            ("pc-seabios", 384, 30.0, (1, 1), "zoo")
+        assert request.template.directory == f"soak-x-shard{index}of2" and request.template.run_id == "soak-x"
+        assert (request.template.artifacts, request.template.keep) == ("/a", "full")
+        assert request.injections == ((3, (("fault", "* suspend 5 1"),)),)
+        assert soak.nightly.NightlyRequest.from_json(request.to_json()) == request
 
 
 def test_a_bad_profile_is_refused(capsys):

@@ -115,11 +115,11 @@ def test_harness_sigkill_mid_cycle_then_rerun_resumes(tmp_path, artifacts):
     (interrupted, with the reason), the others pass, the killed run's guest
     gone (libvirt's autodestroy)."""
     results, run_id = str(tmp_path / "results"), f"sigkill-{os.getpid()}"
-    command = [os.path.join(REPO, "pipelines", "nightly"), "--run-id", run_id, "--results", results,
+    command = [os.path.join(REPO, "pmlab"), "nightly", "--run-id", run_id, "--results", results,
                "--mode", "mem", "--max-cycles", "5", "--chunk", "5", "--artifacts", artifacts]
     log = str(tmp_path / "first.log")
     nightly = _start(command, log)
-    chunk = os.path.join(results, run_id, "chunks", f"{run_id}.c000001", "cycles.jsonl")
+    chunk = os.path.join(results, run_id, "cycles.jsonl")  # each chunk writes into the run
     try:
         _wait_for(lambda: _started_not_done(chunk, 3), 300, "cycle 3 starting", nightly, log)
         time.sleep(0.5)  # inside the cycle: suspending or resuming
@@ -156,7 +156,7 @@ def test_harness_sigkill_mid_cycle_then_rerun_resumes(tmp_path, artifacts):
                                           prefix=guest_prefix)
     finally:
         connection.close()
-    killed = f"{guest_prefix}.c000001-w0-1"
+    killed = f"{guest_prefix}-w0-1"
     assert {f"{killed}-bzImage", f"{killed}-initramfs", f"{killed}-swap"} <= set(swept), swept
 
 

@@ -511,7 +511,7 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
 
 def plan_from(mode_specs, injections):
     """[(number, mode, knobs)] from --mode specs and --inject items."""
-    from lab.run import parse_injections
+    from lab.request import parse_injections
     knobs = parse_injections(injections)
     names = modes.expand(mode_specs)
     return [(number, check_mode(modes.mode_of(name)), check_knobs(number, knobs.get(number, ())))
