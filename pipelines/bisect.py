@@ -5,7 +5,7 @@ commit of a kernel git tree, with `git bisect run`.
                  [--build-dir build/bisect] [--mode mem*2,freeze] [--keep]
   ./pmlab bisect GOOD BAD --check-cmd 'SHELL COMMAND'
   ./pmlab bisect --kernel-tree DIR GOOD_REF BAD_REF [--series DIR|none] [--check ...]
-  (or pipelines/bisect ...; the older --smoke mem=2,freeze=1 still works)
+  (the older --smoke mem=2,freeze=1 still works)
 
 With --kernel-tree, GOOD_REF and BAD_REF are commits (tags, branches) of a
 kernel git tree. A scratch clone of it (--shared: no copy of its objects; the
@@ -27,7 +27,9 @@ with this script's --step:
           PMLAB_BUILD = --build-dir, incremental between steps, under flock
           /tmp/pmlab-kernel-build.lock). Fails -> bad.
   smoke   build, then the commit pipeline's smoke step on it: the initramfs
-          and lab.run cycles (--mode). Any failed cycle -> bad.
+          and lab.run.run of the smoke's request (--mode cycles and the
+          guest options, written once as a file the steps read). Any
+          failed cycle -> bad.
   --check-cmd: run this shell command in the commit's checkout instead
           (exit 0 good, 125 skip, 1..127 bad).
 A setup error (lab.run exit 2) aborts the bisection (exit 128).
@@ -52,6 +54,8 @@ if __package__ in (None, ""):
 from lab import kernels  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
+from lab import request as request_mod  # noqa: E402
+from lab import run as lab_run  # noqa: E402
 from pipelines.commit import smoke_as_modes  # noqa: E402
 from pipelines.common import PYTHON, REPO, log, run  # noqa: E402
 
@@ -156,12 +160,9 @@ def step(args):
     if code:
         log(PROG, f"step: lab/build-initramfs exit {code}: cannot test, skipping this commit")
         return 125
-    argv = [PYTHON, "-m", "lab.run", "--artifacts", out, "--results", os.path.join(build_dir, "results"),
-            "--run-id", f"bisect-{label}-{int(time.time())}", "--cycles", "1"]
-    for mode in modes_mod.expand(args.mode):
-        argv += ["--mode", mode]
-    argv += options.guest_argv(args)
-    code = run(argv, prefix="lab.run", cwd=REPO)
+    # The smoke: the bisection's request (smoke_request), this step's run id.
+    request = request_mod.RunRequest.read(args.request).replace(run_id=f"bisect-{label}-{int(time.time())}")
+    code = lab_run.run(request).code
     log(PROG, f"step: smoke exit {code} ({time.monotonic() - started:.1f} s)")
     if code == 2:
         return ABORT
@@ -182,16 +183,26 @@ def seed_tree(build_dir):
     shutil.copy2(stamp, os.path.join(build_dir, "src", ".tarball"))
 
 
-def _step_argv(args):
+def smoke_request(args):
+    """Every step's smoke as a RunRequest (its run id set by the step): the
+    kernel each step builds into --build-dir, the --mode cycles, the guest."""
+    build_dir = os.path.abspath(args.build_dir)
+    return request_mod.from_args(args, os.path.join(build_dir, "out"), "bisect-step",
+                                 plan=modes_mod.plan(args.mode), results=os.path.join(build_dir, "results"))
+
+
+def _step_argv(args, work):
+    """`git bisect run`'s command: this script's --step with the bisection's
+    own options, the smoke as a request file (written once, in `work`)."""
     argv = [PYTHON, "-m", "pipelines.bisect", "--step", "--check", args.check,
             "--build-dir", os.path.abspath(args.build_dir)]
-    for item in args.mode:
-        argv += ["--mode", item]
+    if args.check == "smoke" and not args.check_cmd:
+        argv += ["--request", smoke_request(args).write(os.path.join(work, "smoke-request.json"))]
     if args.check_cmd:
         argv += ["--check-cmd", args.check_cmd]
     if args.kernel_tree:
         argv += ["--kernel-tree", args.kernel_tree, "--series", args.series or "none"]
-    return argv + options.guest_argv(args)
+    return argv
 
 
 def _bisect_run(repo, step_argv):
@@ -216,7 +227,7 @@ def _scratch(args, name):
     finally:
         subprocess.run(["git", "-C", repo, "bisect", "reset"], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-        if args.keep:
+        if args.keep_repo:
             log(PROG, f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
@@ -227,7 +238,7 @@ def _first_bad(args, repo, bad, good):
     commit, its subject, seconds of steps), or None when bisect named none."""
     git(repo, "bisect", "start", bad, good)
     started = time.monotonic()
-    code, first = _bisect_run(repo, _step_argv(args))
+    code, first = _bisect_run(repo, _step_argv(args, os.path.dirname(repo)))
     if not first:
         log(PROG, f"git bisect run found no first bad commit (exit {code})")
         return None
@@ -291,14 +302,15 @@ def parse_args(argv):
                         help="PMLAB_BUILD of the steps (kept: later bisections build incrementally)")
     options.add_modes(parser, f"{DEFAULT_SMOKE}: the smoke cycles of each step", cycles=False, wake=False)
     parser.add_argument("--smoke", help="older spelling of --mode: MODE=COUNT,... (mem=2 is mem*2)")
-    parser.add_argument("--keep", action="store_true", help="keep the throwaway repository")
+    parser.add_argument("--keep", dest="keep_repo", action="store_true", help="keep the throwaway repository")
     parser.add_argument("--kernel-tree", metavar="DIR",
                         help="bisect commits GOOD..BAD of this kernel git tree instead of the series")
     parser.add_argument("--series", metavar="DIR|none",
                         help="with --kernel-tree: the series applied to every commit (default none)")
     parser.add_argument("--step", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--request", help=argparse.SUPPRESS)  # a step's smoke (smoke_request)
     # the smoke's guest (e.g. --devices zoo: bisect a real driver's regression)
-    options.add_guest(parser.add_argument_group("passed to lab.run"))
+    options.add_guest(parser.add_argument_group("the smoke's guest (as lab.run's)"))
     args = parser.parse_args(argv)
     if not args.step and (args.good is None or args.bad is None):
         parser.error("GOOD and BAD are required")

@@ -2,7 +2,7 @@
 
   ./pmlab commit [--build auto|always|never] [--mode mem*3,freeze*2,disk]
                  [--results DIR] [--run-id ID] [--junit PATH] [lab.run options]
-  (or pipelines/commit ...; the older --smoke mem=3,freeze=2,disk=1 still works)
+  (the older --smoke mem=3,freeze=2,disk=1 still works)
 
 Stages (wall time of each printed as it ends, and a table at the end):
   build      kernel/build (buildah container, ccache), under flock
@@ -11,8 +11,9 @@ Stages (wall time of each printed as it ends, and a table at the end):
              and containers/ and its series_hash is the series' hash now.
   initramfs  lab/build-initramfs; "auto" skips it when initramfs.cpio.gz is
              newer than guest/* and the artifacts' modules.
-  smoke      lab.run: a few cycles of each mode, one guest (booted once).
-  devices    lab.run --devices zoo (lab/devices.py): a cycle of each mode on
+  smoke      lab.run.run(request): a few cycles of each mode, one guest
+             (booted once), or LAVA jobs with --engine lava.
+  devices    the smoke's request with devices zoo (lab/devices.py): a cycle of each mode on
              the guest of real devices, every device probed after each
              resume, as run <run id>-devices (--no-devices skips it; none
              when the smoke itself ran on the zoo or through LAVA); a cycle
@@ -23,8 +24,7 @@ Stages (wall time of each printed as it ends, and a table at the end):
   dashboard  dashboards.compute over this and the earlier runs of this
              pipeline -> <run dir>/dashboard.json, then dashboards.render (and
              the timeline pages it links, <run>/timelines/) ->
-             dashboard.html; skipped with a message while that module is
-             not there.
+             dashboard.html.
   compare    against the previous run of this pipeline: the newest earlier
              results/*/ whose pipeline.json says "commit" and that has cycles.
              A mode whose pass rate dropped or a failure bucket that was not
@@ -35,6 +35,7 @@ result: a commit that does not build or boot regressed), 2 bad input or setup.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -45,10 +46,13 @@ if __package__ in (None, ""):
 from lab import kernels  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
+from lab import request as request_mod  # noqa: E402
 from pipelines import compare as compare_mod  # noqa: E402
 from pipelines import junit as junit_mod  # noqa: E402
+from lab import run as lab_run  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 from lab.records import cycles_path  # noqa: E402
-from pipelines.common import (PYTHON, REPO, Stages, log, module_available,  # noqa: E402
+from pipelines.common import (PYTHON, REPO, Stages, log,  # noqa: E402
                               read_json, read_records, run, stamp, write_json, write_run_manifest)
 
 PROG = "commit"
@@ -57,15 +61,6 @@ DEVICES_PIPELINE = "commit-devices"
 DEFAULT_SMOKE = "mem*3,freeze*2,disk"
 # The device guest's sample: a cycle of each mode, every device probed.
 DEVICE_SAMPLE = "mem,freeze,disk"
-
-
-def parse_smoke(text):
-    """The smoke cycles, one mode name per cycle, from mode grammar text
-    ("mem*3,freeze*2,disk") or the older --smoke form ("mem=3,freeze=2,disk=1")."""
-    try:
-        return modes_mod.expand([smoke_as_modes(text) if "=" in text else text])
-    except Exception as error:  # lab.virt.LabError: callers of this older form catch ValueError
-        raise ValueError(str(error)) from None
 
 
 def series_hash(series_dir):
@@ -167,17 +162,13 @@ def parse_args(argv):
                         help="skip the device-guest stage (a cycle of each mode with --devices zoo)")
     options.add_results(parser)
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
-    parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
-                        help="lava: the smoke cycles run as LAVA jobs (pipelines/lava/jobs.py; "
-                             "modes mem/rtc, pm_test-*) on the server of --lava-identity")
-    parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
-    parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs the smoke is split into")
+    options.add_engine(parser)
     parser.add_argument("--kernel", metavar="SPEC",
                         help="the kernel to build and test (lab/kernels.py; default linux-source-6.1)")
     parser.add_argument("--series", metavar="DIR|none", help="with --kernel: the series applied (default: bundled)")
     parser.add_argument("--config", metavar="FILE",
                         help="a .config the project fragment is merged onto instead of tinyconfig")
-    lab = parser.add_argument_group("passed to lab.run")
+    lab = parser.add_argument_group("the smoke's settings (as lab.run's)")
     options.add_guest(lab)
     options.add_inject(lab, "one smoke cycle (proves the gate: that run must regress)")
     args = parser.parse_args(argv)
@@ -255,20 +246,16 @@ def main(argv=None):
         return finish()
 
     with stages.stage("smoke") as entry:
-        runner = "pipelines.lava.jobs" if args.engine == "lava" else "lab.run"
-        argv = [PYTHON, "-m", runner, "--results", args.results, "--run-id", run_id, "--artifacts", artifacts]
-        for mode in smoke:
-            argv += ["--mode", mode]
-        if args.engine == "lava":  # LAVA has its own devices and watchdogs (job timeouts)
-            argv += ["--identity", args.lava_identity, "--jobs", str(args.lava_jobs)]
-        else:
-            argv += ["--cycles", "1"] + options.guest_argv(args)
-        for value in args.inject or ():
-            argv += ["--inject", value]
-        code = run(argv, prefix=runner)
+        try:
+            smoke_request = request_mod.from_args(args, artifacts, run_id,
+                                                  plan=[(modes_mod.mode_of(mode), 1) for mode in smoke])
+            code = lab_run.run(smoke_request).code
+        except LabError as error:
+            print(f"commit: {error}", file=sys.stderr)
+            code = 2
         records = read_records(run_dir)
         passed = sum(1 for r in records if compare_mod.passed(r))
-        entry["note"] = f"{passed}/{len(records)} cycles passed ({runner} exit {code})"
+        entry["note"] = f"{passed}/{len(records)} cycles passed (lab.run exit {code}, engine {args.engine})"
         if code == 2 and not records:
             entry["status"] = "failed"
     if stages.done[-1]["status"] == "failed":
@@ -284,10 +271,11 @@ def main(argv=None):
             write_json(os.path.join(args.results, devices_run, MARKER),
                        {"pipeline": DEVICES_PIPELINE, "run_id": devices_run, "of": run_id,
                         "started": stamp(), "started_epoch": time.time()})
-            argv = [PYTHON, "-m", "lab.run", "--results", args.results, "--run-id", devices_run,
-                    "--artifacts", artifacts, "--mode", DEVICE_SAMPLE, "--devices", "zoo"]
-            argv += options.guest_argv(argparse.Namespace(**{**vars(args), "devices": None}))
-            code = run(argv, prefix="devices")
+            # The smoke's settings on the device guest; its own plan, no injection.
+            devices_request = smoke_request.replace(
+                run_id=devices_run, cycles=request_mod.numbered_cycles(modes_mod.plan([DEVICE_SAMPLE])),
+                guest=dataclasses.replace(smoke_request.guest, devices="zoo"))
+            code = lab_run.run(devices_request).code
             sample = read_records(os.path.join(args.results, devices_run))
             passed = sum(1 for r in sample if compare_mod.passed(r))
             entry["note"] = f"{passed}/{len(sample)} cycles passed on the device guest (lab.run exit {code})"
@@ -322,27 +310,21 @@ def main(argv=None):
         entry["note"] = f"{root.get('tests')} tests, {root.get('failures')} failures, {root.get('errors')} errors"
 
     with stages.stage("dashboard") as entry:
-        if not module_available("dashboards.compute"):
-            entry["status"], entry["note"] = "skipped", "dashboards/compute.py is not there yet"
+        # This run and every earlier run of this pipeline: the trends
+        # section then shows "failing since" across commits.
+        history = pipeline_runs(args.results, ("commit", DEVICES_PIPELINE))
+        output = os.path.join(run_dir, "dashboard.json")
+        code = run([PYTHON, "-m", "dashboards.compute", *history, "-o", output], prefix="dashboard", cwd=REPO)
+        entry["note"] = f"dashboards.compute exit {code}" if code else \
+            f"{os.path.relpath(output, args.results)} ({len(history)} runs)"
+        if code:
+            entry["status"] = "warn"
         else:
-            # This run and every earlier run of this pipeline: the trends
-            # section then shows "failing since" across commits.
-            history = pipeline_runs(args.results, ("commit", DEVICES_PIPELINE))
-            output = os.path.join(run_dir, "dashboard.json")
-            code = run([PYTHON, "-m", "dashboards.compute", *history, "-o", output], prefix="dashboard",
+            code = run([PYTHON, "-m", "dashboards.render", output, "--timelines", *history], prefix="render",
                        cwd=REPO)
-            entry["note"] = f"dashboards.compute exit {code}" if code else \
-                f"{os.path.relpath(output, args.results)} ({len(history)} runs)"
+            entry["note"] += f"; dashboards.render exit {code}" if code else "; dashboard.html"
             if code:
                 entry["status"] = "warn"
-            elif module_available("dashboards.render"):
-                code = run([PYTHON, "-m", "dashboards.render", output, "--timelines", *history], prefix="render",
-                           cwd=REPO)
-                entry["note"] += f"; dashboards.render exit {code}" if code else "; dashboard.html"
-                if code:
-                    entry["status"] = "warn"
-            else:
-                entry["note"] += "; dashboards/render.py is not there yet"
 
     with stages.stage("compare") as entry:
         previous_dir = previous_run(args.results, run_id)

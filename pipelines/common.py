@@ -103,11 +103,6 @@ def read_records(run_dir):
     return read_cycles(cycles_path(run_dir))
 
 
-def module_available(dotted):
-    """True if REPO/<dotted as a path>.py exists."""
-    return os.path.isfile(os.path.join(REPO, *dotted.split(".")) + ".py")
-
-
 def write_run_manifest(run_dir, artifacts, run_id, shard=None):
     """<run_dir>/manifest.json (lab.manifest: what the run ran on: commit,
     kernel, QEMU/OVMF/libvirt, host). Returns a note for the log; never raises."""

@@ -158,7 +158,7 @@ def test_expand_and_describe_are_inverse():
 
 def test_commit_and_bisect_translate_the_older_smoke_form():
     assert commit_mod.parse_args(["--smoke", "mem=3,freeze=2,disk=1"]).mode == ["mem*3,freeze*2,disk*1"]
-    assert commit_mod.parse_smoke("mem=2,freeze,disk=1") == ["mem", "mem", "freeze", "disk"]
+    assert commit_mod.smoke_as_modes("mem=2,freeze,disk=1") == "mem*2,freeze,disk*1"
     assert bisect_mod.parse_args(["1", "2", "--smoke", "mem=2"]).mode == ["mem*2"]
     assert bisect_mod.parse_args(["1", "2"]).mode == [bisect_mod.DEFAULT_SMOKE]
 

@@ -18,6 +18,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from lab.records import RunDir, close_interrupted, read_cycles, summarize  # noqa: E402
+from lab import modes  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 from lab.request import RunRequest  # noqa: E402
 from pipelines import commit as commit_mod  # noqa: E402
 from pipelines import compare, junit, merge as merge_mod, nightly, plan  # noqa: E402
@@ -144,9 +146,9 @@ def test_previous_run_is_newest_earlier_run_of_this_pipeline(tmp_path):
 
 
 def test_smoke_spec_and_series_hash_match_kernel_tree_sh(tmp_path):
-    assert commit_mod.parse_smoke("mem=2,freeze,disk=1") == ["mem", "mem", "freeze", "disk"]
-    with pytest.raises(ValueError):
-        commit_mod.parse_smoke("mem=0")
+    assert modes.expand([commit_mod.smoke_as_modes("mem=2,freeze,disk=1")]) == ["mem", "mem", "freeze", "disk"]
+    with pytest.raises(LabError, match="bad count"):
+        modes.expand([commit_mod.smoke_as_modes("mem=0")])
     series = os.path.join(REPO, "kernel", "patches", "6.1")
     shell = subprocess.run(["sh", "-c", ". kernel/tree.sh; series_hash"], cwd=REPO, capture_output=True,
                            text=True, env=dict(os.environ, repo=REPO))
@@ -455,11 +457,10 @@ def test_merged_shards_equal_the_single_run(tmp_path, count):
     again = str(tmp_path / "again")
     merge_mod.merge(again, shards + shards[:1])
     assert read_cycles(os.path.join(again, "cycles.jsonl")) == read_cycles(os.path.join(merged, "cycles.jsonl"))
-    if commit_mod.module_available("dashboards.compute"):
-        from dashboards import compute
-        one, many = compute.compute([single]), compute.compute([merged])
-        assert one["inputs"]["cycles"] == len(records)
-        assert json.dumps(one, sort_keys=True) == json.dumps(many, sort_keys=True)
+    from dashboards import compute
+    one, many = compute.compute([single]), compute.compute([merged])
+    assert one["inputs"]["cycles"] == len(records)
+    assert json.dumps(one, sort_keys=True) == json.dumps(many, sort_keys=True)
 
 
 def test_merge_refuses_conflicting_cycles_and_mixed_run_ids(tmp_path):

@@ -252,12 +252,16 @@ def test_bisect_over_kernel_commits_names_the_one_that_breaks_s3(tmp_path):
     assert f"first bad commit: {bad} rtc: cmos: fail every suspend" in result.stdout
 
 
-def test_every_step_runs_its_smoke_on_the_guest_asked_for():
+def test_every_step_runs_its_smoke_on_the_guest_asked_for(tmp_path):
     """--devices zoo (and the other guest options) reach each bisection
-    step, which passes them to lab.run."""
+    step as its smoke's request."""
+    from lab.request import RunRequest
     from pipelines import bisect
-    args = bisect.parse_args(["good", "bad", "--devices", "zoo", "--profile", "pc-seabios"])
-    step = bisect._step_argv(args)
-    assert step[step.index("--devices") + 1] == "zoo" and step[step.index("--profile") + 1] == "pc-seabios"
+    args = bisect.parse_args(["good", "bad", "--devices", "zoo", "--profile", "pc-seabios", "--mode", "mem*2",
+                              "--build-dir", str(tmp_path / "b")])
+    step = bisect._step_argv(args, str(tmp_path))
     again = bisect.parse_args(step[step.index("--step"):])
-    assert (again.devices, again.profile) == ("zoo", "pc-seabios")
+    request = RunRequest.read(again.request)
+    assert (request.guest.devices, request.guest.profile) == ("zoo", "pc-seabios")
+    assert [c.mode.name for c in request.cycles] == ["mem", "mem"]
+    assert (request.artifacts, request.results) == (str(tmp_path / "b" / "out"), str(tmp_path / "b" / "results"))
