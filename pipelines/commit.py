@@ -179,6 +179,12 @@ def parse_args(argv):
     return args
 
 
+def smoke_request_of(args, artifacts, run_id, smoke):
+    """The smoke stage's RunRequest: the smoke's cycles (one mode name a
+    cycle), the kernel under test, every guest, injection and engine option."""
+    return request_mod.from_args(args, artifacts, run_id, plan=[(modes_mod.mode_of(mode), 1) for mode in smoke])
+
+
 def smoke_as_modes(text):
     """The older --smoke "mem=3,freeze=2" in the mode grammar: "mem*3,freeze*2"."""
     return ",".join(f"{name}*{count}" if count else name
@@ -247,8 +253,7 @@ def main(argv=None):
 
     with stages.stage("smoke") as entry:
         try:
-            smoke_request = request_mod.from_args(args, artifacts, run_id,
-                                                  plan=[(modes_mod.mode_of(mode), 1) for mode in smoke])
+            smoke_request = smoke_request_of(args, artifacts, run_id, smoke)
             code = lab_run.run(smoke_request).code
         except LabError as error:
             print(f"commit: {error}", file=sys.stderr)
