@@ -4,8 +4,9 @@ of kunit.py. `./pmlab VERB --help` documents each verb.
 The options shared by several verbs (--mode in its one grammar, --baseline,
 --artifacts, --inject, --results, --run-id, --hours, the guest options) are
 defined once, in lab/options.py; each verb's module builds its parser from
-them. The older entry points (python3 -m lab.run, pipelines/commit, ...)
-remain and take the same options.
+them. This is the one door: a user, a CI file and the project's own
+processes (a nightly's chunks, a soak's shards, a bisection's steps) come
+in here; build and check-series are the pmlab script's own verbs.
 
 Exit status: the verb's (0 success, 1 a failed cycle or regression, 2 bad
 input or setup); 2 with the usage for an unknown verb.
@@ -246,20 +247,44 @@ def lava_command(argv):
     return command
 
 
+def merge(argv):
+    """join nightly shard run directories into one run (pipelines/merge.py)"""
+    from pipelines import merge as pipeline
+    return pipeline.main(argv)
+
+
+def junit(argv):
+    """a run's cycles as JUnit XML, one testcase a cycle (pipelines/junit.py)"""
+    from pipelines import junit as pipeline
+    return pipeline.main(argv)
+
+
+def baseline_compare(argv):
+    """the fault campaign on the patched and the unpatched kernel, and where they differ"""
+    command = [os.path.join(REPO, "pipelines", "baseline-compare"), *argv]
+    sys.stdout.flush()
+    os.execv(command[0], command)
+
+
 def sleepgraph(argv):
     """Intel's sleepgraph on a sample of a run's cycles: RUN_DIR/sleepgraph/cycleN.html"""
     from pipelines import sleepgraph as pipeline
     return pipeline.main(argv)
 
 
-VERBS = {verb.__name__: verb for verb in (run, test, judge, dashboard, timeline, bench, commit, nightly, soak, bisect,
-                                          lava, sleepgraph)}
+VERBS = {verb.__name__.replace("_", "-"): verb
+         for verb in (run, test, judge, dashboard, timeline, bench, commit, nightly, soak, bisect, merge, junit,
+                      baseline_compare, lava, sleepgraph)}
+# Verbs of the pmlab script itself (shell: the build before any Python runs).
+SHELL_VERBS = {"build": "install the Debian packages, build the kernel, pmtest and the guest image",
+               "check-series": "the patch series: applies, checkpatch --strict, builds (kernel/check-series)"}
 
 
 def usage():
-    width = max(len(name) for name in VERBS)
+    width = max(len(name) for name in [*VERBS, *SHELL_VERBS])
     lines = ["usage: ./pmlab VERB [options]   (./pmlab VERB --help for each)", "", "verbs:"]
     lines += [f"  {name:<{width}}  {verb.__doc__}" for name, verb in VERBS.items()]
+    lines += [f"  {name:<{width}}  {text}" for name, text in SHELL_VERBS.items()]
     return "\n".join(lines) + "\n"
 
 

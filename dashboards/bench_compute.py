@@ -2,7 +2,7 @@
 version 2 against version 3, and dashboards.compute over N records as a
 full recompute against the per-run cache after one more night.
 
-  dashboards/bench-compute [--records 12000] [--nights 6] [--work DIR]
+  /usr/bin/python3 -m dashboards.bench_compute [--records 12000] [--nights 6] [--work DIR]
 
 The records are the committed recorded run (pytest/recordings/
 run-cycles.jsonl.gz: version 2, mem x3, freeze x2, disk x1, all passing)
@@ -10,7 +10,7 @@ renumbered into N cycles over --nights runs, written as the lab writes
 them (a "started" and a "done" line each, lab.records.append_records);
 version 3 is the same records through lab.records.compact_fields and
 lab.cycle.keep_evidence (--keep failures, and full for comparison). Each
-dashboard is computed by `python3 -m dashboards.compute` in a fresh process:
+dashboard is computed by `./pmlab dashboard` (JSON and page) in a fresh process:
 wall seconds (the machine is shared) and the process's CPU seconds.
 """
 
@@ -77,7 +77,7 @@ def run_bytes(run_dir):
 def timed_compute(paths, output, cache):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "dashboards.compute", *paths, "-o", output]
+    done = subprocess.run([sys.executable, "-m", "cli.main", "dashboard", *paths, "-o", output]
                           + ([] if cache else ["--no-cache"]), cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

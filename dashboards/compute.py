@@ -825,7 +825,3 @@ def main(argv=None):
     else:
         sys.stdout.write(text)
     return 1 if args.strict and dashboard["input_errors"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

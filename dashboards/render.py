@@ -90,7 +90,3 @@ def main(argv=None):
     path = render(args.dashboard, args.chartjs, timelines=timelines)
     print(f"dashboard page: {path}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -429,7 +429,3 @@ def main(argv=None):
                         help="cycle numbers to draw (default: every cycle that did not pass)")
     args = parser.parse_args(argv)
     return draw_and_print(args.run, args.cycles)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

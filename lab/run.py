@@ -241,7 +241,7 @@ def print_summary(summary, seen):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m lab.run", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(parser)
     args = parser.parse_args(argv)
@@ -251,7 +251,3 @@ def main(argv=None):
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
     return run(request).code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

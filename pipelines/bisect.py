@@ -48,8 +48,6 @@ import sys
 import tempfile
 import time
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import kernels  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
@@ -194,7 +192,7 @@ def smoke_request(args):
 def _step_argv(args, work):
     """`git bisect run`'s command: this script's --step with the bisection's
     own options, the smoke as a request file (written once, in `work`)."""
-    argv = [PYTHON, "-m", "pipelines.bisect", "--step", "--check", args.check,
+    argv = [PYTHON, "-m", "cli.main", "bisect", "--step", "--check", args.check,
             "--build-dir", os.path.abspath(args.build_dir)]
     if args.check == "smoke" and not args.check_cmd:
         argv += ["--request", smoke_request(args).write(os.path.join(work, "smoke-request.json"))]
@@ -338,7 +336,3 @@ def main(argv=None):
         print(f"bisect: {error}", file=sys.stderr)
         return 2
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -40,8 +40,6 @@ import os
 import sys
 import time
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import kernels  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
@@ -49,6 +47,7 @@ from lab import options  # noqa: E402
 from lab import request as request_mod  # noqa: E402
 from pipelines import compare as compare_mod  # noqa: E402
 from pipelines import junit as junit_mod  # noqa: E402
+from dashboards import compute, render  # noqa: E402
 from lab import run as lab_run  # noqa: E402
 from lab.errors import LabError  # noqa: E402
 from lab.records import cycles_path  # noqa: E402
@@ -319,14 +318,13 @@ def main(argv=None):
         # section then shows "failing since" across commits.
         history = pipeline_runs(args.results, ("commit", DEVICES_PIPELINE))
         output = os.path.join(run_dir, "dashboard.json")
-        code = run([PYTHON, "-m", "dashboards.compute", *history, "-o", output], prefix="dashboard", cwd=REPO)
+        code = compute.main([*history, "-o", output])
         entry["note"] = f"dashboards.compute exit {code}" if code else \
             f"{os.path.relpath(output, args.results)} ({len(history)} runs)"
         if code:
             entry["status"] = "warn"
         else:
-            code = run([PYTHON, "-m", "dashboards.render", output, "--timelines", *history], prefix="render",
-                       cwd=REPO)
+            code = render.main([output, "--timelines", *history])
             entry["note"] += f"; dashboards.render exit {code}" if code else "; dashboard.html"
             if code:
                 entry["status"] = "warn"
@@ -351,7 +349,3 @@ def main(argv=None):
     if findings:
         result, exit_code = "regression", 1
     return finish()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,8 +14,6 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import files  # noqa: E402
 
@@ -91,7 +89,7 @@ def write(records, run_id, path):
 def main(argv=None):
     from lab.records import cycles_path
     from pipelines.common import read_records
-    parser = argparse.ArgumentParser(prog="python3 -m pipelines.junit", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab junit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir")
     parser.add_argument("-o", "--output", help="default RUN_DIR/junit.xml")
@@ -106,7 +104,3 @@ def main(argv=None):
     print(f"junit: {output}: {root.get('tests')} tests, {root.get('failures')} failures, "
           f"{root.get('errors')} errors")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

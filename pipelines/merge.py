@@ -20,8 +20,6 @@ import os
 import shutil
 import sys
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipelines.common import read_json, write_json  # noqa: E402
 from lab.records import SIDE_FILES, cycles_path, is_done, read_cycles, summarize, write_cycles  # noqa: E402
@@ -113,7 +111,7 @@ def merge(out_dir, shard_dirs, run_id=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="pipelines/merge", description=__doc__,
+    parser = argparse.ArgumentParser(prog="pmlab merge", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir")
     parser.add_argument("shard_dirs", nargs="+")
@@ -127,7 +125,3 @@ def main(argv=None):
     print(f"merge: {args.out_dir}: {summary['cycles']} cycles from {len(args.shard_dirs)} shard(s), "
           f"{summary['counts']['pass']} passed")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,8 +36,6 @@ import subprocess
 import sys
 import time
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
@@ -155,10 +153,11 @@ def request_from(args, run_id=None):
 
 
 def lab_run_command():
-    """lab.run, or $PMLAB_NIGHTLY_LAB_RUN (a command taking lab.run's
-    --request FILE: the tests use a stand-in that needs no guest)."""
+    """./pmlab run without its dashboard, or $PMLAB_NIGHTLY_LAB_RUN (a
+    command taking --request FILE: the tests use a stand-in that needs no
+    guest)."""
     override = os.environ.get("PMLAB_NIGHTLY_LAB_RUN")
-    return shlex.split(override) if override else [PYTHON, "-m", "lab.run"]
+    return shlex.split(override) if override else [PYTHON, "-m", "cli.main", "run", "--no-dashboard"]
 
 
 def settle_state(path, request):
@@ -358,7 +357,3 @@ def soak(request, state, state_path, resuming, rundir):
     if status:
         return status
     return 0 if all(r.get("verdict") == "pass" and r.get("status") == "done" for r in records) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

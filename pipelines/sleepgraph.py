@@ -28,8 +28,6 @@ import json
 import os
 import sys
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import sleepgraph  # noqa: E402
 from lab.records import RunDir, cycles_path, read_cycles, read_report, sleepgraph_paths  # noqa: E402
@@ -131,7 +129,3 @@ def main(argv=None):
         json.dump({"cycles": entries}, out, indent=2)
         out.write("\n")
     return 1 if any("error" in entry for entry in entries) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@
                                 ID may also be one nightly run (e.g. --engine lava's)
 
 Each guest is one nightly shard (i/N of one run id), all started at once,
-each a process of its own (`python3 -m pipelines.nightly --request FILE`:
+each a process of its own (`./pmlab nightly --request FILE`:
 a NightlyRequest, pipelines/nightly.py, written by its one encoder). The kernel artifacts are first copied into
 results/<run-id>/artifacts/, so every guest of the soak boots the same
 kernel even if build/out is rebuilt meanwhile. Rerunning the same command
@@ -38,8 +38,6 @@ import sys
 import threading
 import time
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
@@ -123,7 +121,7 @@ def run_shards(args, artifacts):
         path = os.path.join(args.results, args.run_id, f"shard{index}-request.json")
         with open(path, "w") as out:
             out.write(request.to_json() + "\n")
-        argv = [PYTHON, "-m", "pipelines.nightly", "--request", path]
+        argv = [PYTHON, "-m", "cli.main", "nightly", "--request", path]
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           errors="replace", bufsize=1, start_new_session=True, cwd=REPO))
 
@@ -171,7 +169,7 @@ def run_bench(artifacts, cycles, results, profile=None):
         os.unlink(os.path.join(results, bench.RESULT_FILE))  # an older bench's numbers are not this one's
     except FileNotFoundError:
         pass
-    argv = [PYTHON, "-m", "lab.bench", "--cycles", str(cycles), "--artifacts", artifacts, "--results", results]
+    argv = [PYTHON, "-m", "cli.main", "bench", "--cycles", str(cycles), "--artifacts", artifacts, "--results", results]
     if profile:
         argv += ["--profile", profile]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
@@ -411,7 +409,3 @@ def main(argv=None):
     if any(code == 2 for code in codes):
         return 2
     return 0 if result["all_passed"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

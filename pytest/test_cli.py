@@ -48,9 +48,26 @@ def test_verbs_that_take_modes_share_the_grammar(verb):
 def test_the_verb_list():
     done = pmlab("--help")
     assert done.returncode == 0
-    assert [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")] == list(cli.VERBS)
+    listed = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert listed == list(cli.VERBS) + list(cli.SHELL_VERBS)
     assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "timeline", "bench", "commit", "nightly", "soak",
-                               "bisect", "lava", "sleepgraph"]
+                               "bisect", "merge", "junit", "baseline-compare", "lava", "sleepgraph"]
+
+
+def test_the_project_has_one_door():
+    """No wrapper script or module main beside ./pmlab, but for the kernel
+    and guest build tools and the modules the project's own shell scripts
+    call (lab.kernels from kernel/build, pipelines.baseline_compare from
+    pipelines/baseline-compare)."""
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True).stdout
+    executables = sorted(line.split()[3] for line in tracked.splitlines() if line.startswith("100755"))
+    assert not [path for path in executables
+                if path.startswith(("pipelines/", "lab/", "dashboards/")) and "/lava/" not in path
+                and path not in ("pipelines/baseline-compare", "lab/build-initramfs", "lab/install-deps")]
+    mains = subprocess.run(["git", "grep", "-lE", "__name__ == ['\"]__main__['\"]", "--", "lab", "pipelines",
+                            "dashboards"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    assert sorted(m for m in mains if "/lava/" not in m) == [
+        "dashboards/bench_compute.py", "dashboards/manifest.py", "lab/kernels.py", "pipelines/baseline_compare.py"]
 
 
 @pytest.mark.parametrize("args, problem", [(["frobnicate"], "unknown verb 'frobnicate'"),

@@ -834,10 +834,10 @@ def test_page_code_uses_no_html_sinks():
         assert sink not in code.replace("never innerHTML", ""), sink
 
 
-def test_cli_runs_as_a_module(recorded, tmp_path):
+def test_the_dashboard_verb_runs_as_a_process(recorded, tmp_path):
     run = single_run(tmp_path, recorded)
     out = tmp_path / "cli.json"
-    done = subprocess.run([sys.executable, "-m", "dashboards.compute", run, "-o", str(out)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "cli.main", "dashboard", run, "-o", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text()) == dashboard_of(run)

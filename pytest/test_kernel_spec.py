@@ -177,7 +177,7 @@ def test_kernel_build_names_fragment_options_the_tree_lacks_and_compiles_nothing
 
 
 def test_the_commit_pipeline_refuses_a_bad_kernel_before_any_stage(tmp_path, tree):
-    done = subprocess.run(["/usr/bin/python3", "-m", "pipelines.commit", "--kernel", f"{tree}@v9.9",
+    done = subprocess.run(["/usr/bin/python3", "-m", "cli.main", "commit", "--kernel", f"{tree}@v9.9",
                            "--results", str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and f"ref 'v9.9' does not exist in {tree}" in done.stderr

@@ -85,7 +85,7 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
     assert [r["cycle"] for r in read_cycles(rundir.cycles_path)] == [1, 2, 3, 4, 5]  # one record each
 
     libvirt_run = f"{config.pmlab_run_id}-libvirt"
-    command = [sys.executable, "-m", "lab.run", "--artifacts", artifacts, "--results", results,
+    command = [sys.executable, "-m", "cli.main", "run", "--no-dashboard", "--artifacts", artifacts, "--results", results,
                "--run-id", libvirt_run, "--profile", PROFILE] + [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode in (0, 1), f"lab.run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"

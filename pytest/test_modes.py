@@ -38,7 +38,7 @@ def test_pm_test_mode():
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "lab.run", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "cli.main", "run", "--no-dashboard", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -341,7 +341,7 @@ def _nightly(tmp_path, *argv, **env):
     fake.write_text(FAKE_LAB_RUN)
     environment = dict(os.environ, PYTHONPATH=REPO, PMLAB_REPO=REPO,
                        PMLAB_NIGHTLY_LAB_RUN=f"{PYTHON} {fake}", **env)
-    return subprocess.run([PYTHON, "-m", "pipelines.nightly", "--results", str(tmp_path / "results"), *argv],
+    return subprocess.run([PYTHON, "-m", "cli.main", "nightly", "--results", str(tmp_path / "results"), *argv],
                           cwd=REPO, env=environment, capture_output=True, text=True)
 
 
@@ -388,7 +388,7 @@ def test_nightly_requeues_cycles_after_a_lab_run_crash(tmp_path):
 def test_nightly_stops_when_lab_run_records_nothing(tmp_path):
     fake = tmp_path / "broken.py"
     fake.write_text("import sys; print('lab.run: libvirt unreachable', file=sys.stderr); sys.exit(2)\n")
-    done = subprocess.run([PYTHON, "-m", "pipelines.nightly", "--results", str(tmp_path / "r"), "--run-id", "x",
+    done = subprocess.run([PYTHON, "-m", "cli.main", "nightly", "--results", str(tmp_path / "r"), "--run-id", "x",
                            "--max-cycles", "5"], cwd=REPO, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=REPO, PMLAB_NIGHTLY_LAB_RUN=f"{PYTHON} {fake}"))
     assert done.returncode == 2 and "recorded no cycle" in done.stdout
@@ -575,7 +575,7 @@ def _ci_push_commands():
 
 def test_ci_runs_the_test_suite_and_the_commit_pipeline_on_every_push():
     for definition, commands in _ci_push_commands().items():
-        assert any(command.startswith("pipelines/commit ") for command in commands), (definition, commands)
+        assert any(command.startswith("./pmlab commit ") for command in commands), (definition, commands)
         assert "./pmlab test" in commands, (definition, commands)
 
 
@@ -609,10 +609,10 @@ def test_the_schedule_soaks_both_machine_profiles():
         profiles = set()
         for command in commands:
             words = shlex.split(expanded(definition, command))
-            if words[0] == "pipelines/nightly":
-                profiles.add(nightly.parse_args(words[1:]).profile or "q35-ovmf")
-            elif words[0] == "pipelines/soak":
-                args = soak.parse_args(words[1:])
+            if words[:2] == ["./pmlab", "nightly"]:
+                profiles.add(nightly.parse_args(words[2:]).profile or "q35-ovmf")
+            elif words[:2] == ["./pmlab", "soak"]:
+                args = soak.parse_args(words[2:])
                 assert args.guests >= 2 and args.mode == ["mem"], (definition, command)
                 profiles.add(args.profile or "q35-ovmf")
         assert profiles == {"q35-ovmf", "pc-seabios"}, (definition, commands)

@@ -45,7 +45,7 @@ def _series(directory, patches):
 
 
 def _bisect(*argv):
-    return subprocess.run([PYTHON, "-m", "pipelines.bisect", *argv], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([PYTHON, "-m", "cli.main", "bisect", *argv], cwd=REPO, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=REPO))
 
 

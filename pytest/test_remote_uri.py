@@ -34,7 +34,7 @@ def test_one_cycle_over_qemu_ssh(lab_run, tmp_path):
     (tmp_path / "ssh").chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
     done = subprocess.run(
-        [sys.executable, "-m", "lab.run", "--uri", "qemu+ssh://root@localhost/system",
+        [sys.executable, "-m", "cli.main", "run", "--no-dashboard", "--uri", "qemu+ssh://root@localhost/system",
          "--artifacts", lab_run["artifacts"].directory, "--mode", "mem", "--cycles", "1",
          "--results", str(tmp_path / "results")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

@@ -104,7 +104,7 @@ def _explain(records):
 
 
 def _lab_run(results, run_id, *options):
-    return [PYTHON, "-m", "lab.run", "--results", results, "--run-id", run_id] + list(options)
+    return [PYTHON, "-m", "cli.main", "run", "--no-dashboard", "--results", results, "--run-id", run_id] + list(options)
 
 
 # ----------------------------------------------------------- the harness
