@@ -650,7 +650,7 @@ def rss_kib():
 
 def watchdogs_from(text_items):
     """Watchdogs from ["phase=seconds", ...] (CLI and pytest options)."""
-    from lab.virt import LabError
+    from lab.errors import LabError
     values = asdict(Watchdogs())
     for item in text_items or ():
         phase, sep, seconds = item.partition("=")

@@ -76,7 +76,7 @@ def artifacts_dir(args, default=None):
     bad --kernel/--series, or a mix that names two kernels)."""
     from lab import artifacts as artifacts_mod
     from lab import kernels
-    from lab.virt import LabError
+    from lab.errors import LabError
     spec, series, config = (getattr(args, name, None) for name in ("kernel", "series", "config"))
     if names_kernel(args):
         if args.baseline or (args.artifacts and args.artifacts != default):
@@ -121,7 +121,7 @@ def pmtest_tree(text):
     PMTEST_TREE_MAX): at most 256 devices a tree."""
     if text is None:
         return None
-    from lab.virt import LabError
+    from lab.errors import LabError
     depth, sep, fanout = text.partition("x")
     if not sep or not depth.isdigit() or not fanout.isdigit():
         raise LabError(f"bad --pmtest-tree '{text}': give DEPTHxFANOUT, e.g. 1x1 or 2x2")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from lab import modes
 from lab.cycle import judge_with_order
 from lab.records import cycles_path, host_events, read_cycles, read_report
-from lab.virt import LabError
+from lab.errors import LabError
 
 
 @dataclass

@@ -10,6 +10,7 @@ import libvirt
 
 from lab import devices, options, virt
 from lab.cycle import Watchdogs, drive_cycle, release_free_memory
+from lab.errors import LabError
 from lab.guest import Guest, GuestError
 from lab.records import injected, iso, state_of
 
@@ -24,7 +25,7 @@ class Session:
                  connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True,
                  device_set="lean"):
         if profile not in virt.PROFILES:
-            raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
+            raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
         self.rundir = rundir
         self.profile = profile
@@ -41,7 +42,7 @@ class Session:
         # the profile's firmware errata on the kernel command line (lab.virt.PROFILES)
         self.firmware_errata = firmware_errata
         if device_set not in devices.SETS:
-            raise virt.LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
+            raise LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
         self.device_set = device_set  # lab.devices: lean or zoo
         self.guest = None
         self.guests_booted = 0

@@ -18,16 +18,13 @@ from xml.sax.saxutils import escape
 import libvirt
 
 from lab import devices as device_sets
+# LabError lives in lab.errors; lab.run and lab.bench still name it virt.LabError.
+from lab.errors import LabError
 
 DEFAULT_URI = "qemu:///system"
 POOL_NAME = "pmlab"
 POOL_PATH = "/var/lib/libvirt/pmlab"
 AGENT_CHANNEL = "org.pmlab.agent.0"
-
-
-class LabError(Exception):
-    """A problem the user must fix (bad input, missing artifact, no libvirt):
-    reported as one clear message, before any guest starts when possible."""
 
 
 # ---------------------------------------------------------------- daemons

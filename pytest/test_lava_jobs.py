@@ -19,7 +19,7 @@ if REPO not in sys.path:
 
 from lab.cycle import FRESH_BOOT  # noqa: E402
 from lab.records import RunDir  # noqa: E402
-from lab.virt import LabError  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 from pipelines.lava import jobs  # noqa: E402
 
 RECORDING = os.path.join(REPO, "pytest", "recordings", "lava-s3-s4-job.log.yaml.gz")

@@ -65,7 +65,7 @@ from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E40
 from lab.guest import BASE_CMDLINE  # noqa: E402
 from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
 from lab import virt  # noqa: E402
-from lab.virt import LabError  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
