@@ -9,7 +9,7 @@ run-cycles.jsonl.gz: version 2, mem x3, freeze x2, disk x1, all passing)
 renumbered into N cycles over --nights runs, written as the lab writes
 them (a "started" and a "done" line each, lab.records.append_records);
 version 3 is the same records through lab.records.compact_fields and
-lab.cycle.keep_evidence (--keep failures, and full for comparison). Each
+lab.judge.keep_evidence (--keep failures, and full for comparison). Each
 dashboard is computed by `python3 -m dashboards.compute` in a fresh process:
 wall seconds (the machine is shared) and the process's CPU seconds.
 """
@@ -32,7 +32,7 @@ sys.path.insert(0, REPO)
 
 from dashboards import testing  # noqa: E402
 from lab import records  # noqa: E402
-from lab.cycle import keep_evidence  # noqa: E402
+from lab.judge import keep_evidence  # noqa: E402
 
 RECORDED_RUN = os.path.join(REPO, "pytest", "recordings", "run-cycles.jsonl.gz")
 

@@ -76,7 +76,7 @@ def with_host_phases(records):
     and timeline as lab/cycle.py does (the recordings predate the field; their
     timelines lack its last steps, "ended" and "judged")."""
     from dashboards.inputs import epoch
-    from lab.cycle import host_phases
+    from lab.judge import host_phases
 
     out = []
     for record in records:

@@ -98,13 +98,13 @@ class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
     def __init__(self, results_root, run_id, keep="full", link_latest=True):
-        """keep: which cycles keep their full report (lab.cycle.keep_evidence);
+        """keep: which cycles keep their full report (lab.judge.keep_evidence);
         link_latest=False: an existing run gets side files added later
         (./pmlab sleepgraph); `latest` keeps pointing at the newest run."""
         if keep not in KEEP:
             raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
         self.run_id = run_id
-        self.keep = keep  # which cycles keep their full report and console lines (lab.cycle.keep_evidence)
+        self.keep = keep  # which cycles keep their full report and console lines (lab.judge.keep_evidence)
         self.path = os.path.join(results_root, run_id)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)

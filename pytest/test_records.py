@@ -202,7 +202,7 @@ def recorded_cycle(name, keep, tmp_path):
     """A recorded cycle judged and recorded again as lab/cycle.py run_cycle
     does it (judge_with_order, keep_evidence, RunDir.append)."""
     from lab import modes
-    from lab.cycle import judge_with_order, keep_evidence
+    from lab.judge import judge_with_order, keep_evidence
     from recordings_util import records, report
 
     recorded = records()[name]

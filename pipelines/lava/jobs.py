@@ -61,7 +61,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from lab import console, guest_report, modes  # noqa: E402
-from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
+from lab.cycle import cycle_arguments  # noqa: E402
+from lab.judge import FRESH_BOOT, judge_with_order  # noqa: E402
 from lab.guest import BASE_CMDLINE  # noqa: E402
 from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
 from lab import virt  # noqa: E402
