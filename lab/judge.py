@@ -7,6 +7,8 @@ What proves each mode slept is described in lab/cycle.py's docstring and
 checked here (_proof); callback order is lab/oracle's.
 """
 
+from dataclasses import dataclass
+
 from lab import console, devices, guest_report, pmtest_log, records, s2idle, trace
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
@@ -26,13 +28,30 @@ PM_TEST_REACH = {
 }
 
 
-def judge(mode, report, status, events, evidence, timeline, token, boot_id):
+@dataclass
+class ParsedReport:
+    """A guest report parsed once, for the judge and the oracle: its
+    sections, its trace's events and their paired device callbacks."""
+    sections: dict
+    events: list
+    callbacks: list
+
+
+def parse_report(text):
+    """ParsedReport of a report's text (None or "": no sections, no events)."""
+    sections = guest_report.sections(text) if text else {}
+    events = trace.parse(sections.get("trace", ""))
+    return ParsedReport(sections, events, trace.paired_callbacks(events))
+
+
+def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None):
     """The verdict fields of a finished cycle from what was observed: the
     guest's report text and exit status (report None: the guest booted afresh
     instead of resuming), the libvirt events [(time, kind, detail)], the
     cycle's console lines, the host timeline [[step, time]], the tmpfs token
-    sent and the guest's boot id before the cycle. Pure: recorded cycles can
-    be judged again (pytest/test_judge.py)."""
+    sent and the guest's boot id before the cycle; `parsed`: the report's
+    parse_report(), when the caller has it. Pure: recorded cycles can be
+    judged again (pytest/test_judge.py)."""
     counts = {}
     for _, kind, _ in events:
         counts[kind] = counts.get(kind, 0) + 1
@@ -47,7 +66,8 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
         result.update(verdict="fail", phase="restore",
                       reason="the guest booted afresh instead of resuming from the hibernation image")
         return result
-    parts = guest_report.sections(report)
+    parsed = parsed or parse_report(report)
+    parts = parsed.sections
     if "trace_raw_error" in parts:
         result.update(verdict="error", phase="lab",
                       reason=f"the guest's trace pages could not be decoded: {parts['trace_raw_error'].splitlines()[0]}")
@@ -60,8 +80,8 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id):
     sysfs_before, sysfs_after = guest_report.snapshot(parts, "before"), guest_report.snapshot(parts, "after")
     stats_before = guest_report.suspend_stats(sysfs_before)
     stats_after = guest_report.suspend_stats(sysfs_after)
-    events_trace = trace.parse(parts.get("trace", ""))
-    sequences = trace.callbacks(events_trace)
+    events_trace = parsed.events
+    sequences = trace.per_device(parsed.callbacks)
     pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
     result.update(trace.timing(events_trace))
     result["suspend_stats_delta"] = guest_report.stats_delta(stats_before, stats_after)
@@ -138,8 +158,9 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
     through judge_reply); `./pmlab judge` (lab/rejudge.py) calls this again
     on a recorded run."""
-    result = judge(mode, report, status, events, evidence, timeline, token, boot_id)
-    violations, checked = judge_cycle(report, evidence)
+    parsed = parse_report(report)
+    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed)
+    violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
     result.update(ordering_record(violations, checked))
     if violations and result["verdict"] == "pass":
         result.update(verdict="fail", phase="ordering", reason=str(violations[0]))

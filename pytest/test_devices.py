@@ -221,10 +221,12 @@ def _trace_and_pmtest(name):
 def test_without_the_outside_failure_the_recover_is_flagged(monkeypatch):
     """The negative control of the test above: the pmtest log alone shows a
     freeze that went well, then ->recover."""
+    from lab.judge import parse_report
     from lab.oracle import cycle_check
     name = "zoo-disk-kfault-freeze"
     monkeypatch.setattr(cycle_check, "outside_failures", lambda trace_calls, pmtest_calls: [])
-    violations, _ = cycle_check.judge_cycle(report(name), RECORDS[name]["evidence"])
+    parsed = parse_report(report(name))
+    violations, _ = cycle_check.judge_cycle(parsed.sections, parsed.callbacks, RECORDS[name]["evidence"])
     assert violations and {v.rule for v in violations} == {"undo"}
 
 

@@ -215,3 +215,21 @@ def test_the_platforms_fail_stands_when_its_damage_killed_the_report():
     result = judge(mode, "=== before\nboot_id=x\n", 139, record["libvirt_events"], record["evidence"],
                    record["timeline"], record["token"], record["guest_boot_id"])
     assert (result["verdict"], result["phase"]) == ("fail", "platform")
+
+
+def test_a_judged_cycle_parses_its_report_once(monkeypatch):
+    """judge_with_order hands the judge's parse to the oracle: the report is
+    split into sections once, its trace parsed and its callbacks paired once."""
+    from lab import guest_report, judge as judging, trace
+    calls = {"sections": 0, "parse": 0, "paired_callbacks": 0}
+    for module, name in ((guest_report, "sections"), (trace, "parse"), (trace, "paired_callbacks")):
+        def counted(*args, _real=getattr(module, name), _name=name):
+            calls[_name] += 1
+            return _real(*args)
+        monkeypatch.setattr(module, name, counted)
+    record = RECORDS["mem"]
+    result = judging.judge_with_order(modes.parse_mode(record["mode"], record["wake"]), report("mem"), 0,
+                                      record_format.host_events(record), record["evidence"], record["timeline"],
+                                      record["token"], record["guest_boot_id"])
+    assert result["verdict"] == "pass" and result["ordering_checked"]["trace"] > 1000
+    assert calls == {"sections": 1, "parse": 1, "paired_callbacks": 1}

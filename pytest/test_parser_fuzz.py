@@ -50,6 +50,7 @@ if __name__ == "__main__":
 from lab import console, guest_report, pmtest_log, trace  # noqa: E402
 from lab.guest_agent import Reply, ReplyParser  # noqa: E402
 from lab.oracle import observe  # noqa: E402
+from lab.judge import parse_report  # noqa: E402
 from lab.oracle.cycle_check import as_record, judge_cycle  # noqa: E402
 from lab.records import read_cycles, summarize  # noqa: E402
 from dashboards import compute, inputs  # noqa: E402
@@ -289,7 +290,8 @@ def check_console(text):
 
 
 def check_judge(report_text, console_lines):
-    violations, counts = judge_cycle(report_text, console_lines)
+    parsed = parse_report(report_text)
+    violations, counts = judge_cycle(parsed.sections, parsed.callbacks, console_lines)
     assert set(counts) == {"pmtest_log", "trace", "console"} and all(isinstance(v, int) for v in counts.values())
     record = as_record(violations, counts)
     json.dumps(record)
