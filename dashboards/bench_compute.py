@@ -40,7 +40,7 @@ RECORDED_RUN = os.path.join(REPO, "pytest", "recordings", "run-cycles.jsonl.gz")
 def recorded_run():
     with gzip.open(RECORDED_RUN, "rt") as source:
         lines = [json.loads(line) for line in source]
-    return [line for line in lines if line.get("status") == "done"]
+    return [line for line in lines if records.is_done(line)]
 
 
 def as_version3(record, keep, run):

@@ -77,11 +77,12 @@ def with_host_phases(records):
     timelines lack its last steps, "ended" and "judged")."""
     from dashboards.inputs import epoch
     from lab.judge import host_phases
+    from lab.records import is_done
 
     out = []
     for record in records:
         record = copy.deepcopy(record)
-        if record.get("status") == "done" and record.get("timeline") and epoch(record.get("host_start")):
+        if is_done(record) and record.get("timeline") and epoch(record.get("host_start")):
             record["host_phases"] = host_phases(epoch(record["host_start"]), record["timeline"])
         out.append(record)
     return out
@@ -115,8 +116,10 @@ def version3(records):
 
 
 def started_line(record):
+    from lab.records import STARTED
+
     line = {key: record[key] for key in STARTED_FIELDS if key in record}
-    line["status"] = "started"
+    line["status"] = STARTED
     return line
 
 
@@ -124,12 +127,12 @@ def write_run(results_root, run_id, records, manifest=None, summary=True):
     """A run directory written the way the lab writes one (lab.records.RunDir:
     a started line then a done line per cycle, summary.json, `latest` link).
     Records with status "started" get only their started line."""
-    from lab.records import RunDir
+    from lab.records import RunDir, is_done
 
     run = RunDir(results_root, run_id)
     for record in records:
         run.append(started_line(record))
-        if record.get("status") == "done":
+        if is_done(record):
             run.append(record)
     if summary:
         run.write_summary()

@@ -300,7 +300,7 @@ def write_cycle(run_dir, record, out_dir=None):
 
 def draws(record):
     """Cycles drawn without being asked for: those that did not pass."""
-    return records.state_of(record) != "pass"
+    return records.state_of(record) != records.PASS
 
 
 def _stderr(message):

@@ -38,7 +38,7 @@ import libvirt
 from lab import console, devices, guest_report, records, sleepgraph
 from lab.guest_agent import AgentTimeout, quote
 from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence
-from lab.records import RECORD_VERSION, hang_dump_path, iso
+from lab.records import ERROR, FAIL, HANG, PASS, hang_dump_path, iso, mark_done, new_record
 
 RTC_WAKE_SECONDS = 2
 # The guest's report comes over the agent's stream, libvirt's PMWakeup event
@@ -279,9 +279,9 @@ class DrivenCycle:
                 self.cycle.note("rendered")
             record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
                                       self.cycle.token, self.boot_id))
-            if record["verdict"] == "error":
+            if record["verdict"] == ERROR:
                 record["guest_usable"] = False
-            if reply is not None and (sleepgraph_files or record["verdict"] != "pass"):
+            if reply is not None and (sleepgraph_files or record["verdict"] != PASS):
                 try:
                     record.update(sleepgraph.write_files(rundir, record, reply.output))
                 except sleepgraph.SleepgraphError as error:  # e.g. a guest image without the dmesg section
@@ -305,11 +305,8 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     rest is DrivenCycle.finish()'s. Returns the DrivenCycle."""
     watchdogs = watchdogs or Watchdogs()
     started = time.time()
-    record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "started",
-              "mode": mode.name,
-              "wake": mode.wake, "pm_test": mode.pm_test, "guest": guest.name,
-              "host_start": iso(started), "knobs": [list(k) for k in knobs],
-              "guest_boot_id": guest.boot_id}
+    record = new_record(rundir.run_id, number, mode, guest=guest.name, host_start=iso(started),
+                        knobs=[list(k) for k in knobs], guest_boot_id=guest.boot_id)
     record.update(meta or {})
     rundir.append(record)
 
@@ -327,10 +324,10 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     events = guest.events.since(cycle.event_mark)
     all_lines = guest.console.lines(cycle.console_mark)
     evidence = console.cycle_lines(all_lines, number) or all_lines[-80:]
-    record.update(status="done", host_end=iso(ended), host_seconds=round(ended - started, 3),
-                  timeline=cycle.timeline, guest_usable=True, token=cycle.token,
-                  channel_pokes=guest.agent.pokes - cycle.pokes_before,
-                  **{records.EVENTS_FIELD: [[round(t, 3), kind, detail] for t, kind, detail in events]})
+    mark_done(record, host_end=iso(ended), host_seconds=round(ended - started, 3),
+              timeline=cycle.timeline, guest_usable=True, token=cycle.token,
+              channel_pokes=guest.agent.pokes - cycle.pokes_before,
+              **{records.EVENTS_FIELD: [[round(t, 3), kind, detail] for t, kind, detail in events]})
     if hang is not None or lab_error is not None:
         # Why the guest stopped answering decides whose failure it is.
         panic = cycle.panic()
@@ -338,17 +335,17 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         died = next((detail for _, kind, detail in events if kind == "stopped" and detail in QEMU_DIED), None)
         if panic is not None:
             guest.destroy()
-            record.update(verdict="fail", phase=hang.phase if hang else "lab",
+            record.update(verdict=FAIL, phase=hang.phase if hang else "lab",
                           reason=f"kernel panic: {console.strip_timestamp(panic)}", guest_usable=False,
                           problems=console.problems(evidence))
             hang = lab_error = None
         elif lost:
-            record.update(verdict="error", phase="lab", guest_usable=False,
+            record.update(verdict=ERROR, phase="lab", guest_usable=False,
                           reason=f"libvirt connection to {guest.connection.uri} lost ({lost}) "
                                  f"during phase {hang.phase if hang else 'lab'}")
             hang = lab_error = None
         elif died is not None:
-            record.update(verdict="error", phase="lab", guest_usable=False,
+            record.update(verdict=ERROR, phase="lab", guest_usable=False,
                           reason=f"QEMU exited during phase {hang.phase if hang else 'lab'} "
                                  f"(libvirt: stopped, {QEMU_DIED[died]})")
             guest.destroy()
@@ -364,12 +361,12 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
         dump_path = rundir.write_file(hang_dump_path(number, guest.name), "\n".join(dump) + "\n")
-        record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
+        record.update(verdict=HANG, phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
                       hang_dump=dump_path, guest_usable=False,
                       problems=console.problems(evidence))
     elif lab_error is not None:
         guest.destroy()
-        record.update(verdict="error", phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
+        record.update(verdict=ERROR, phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
                       guest_usable=False)
     elif "verdict" not in record:
         if reply is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from lab import console, devices, guest_report, pmtest_log, records, s2idle, trace
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
-from lab.records import report_path
+from lab.records import ERROR, FAIL, PASS, report_path
 
 # guest/init prints this when the swap disk held no image: the boot was fresh,
 # not a restore (its earlier lines also appear in the boot kernel of a restore).
@@ -58,22 +58,22 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
     changed = console.firmware_ram_changes(evidence)
     if changed:  # the platform's failure, whatever followed from it (a crash, a lost report)
-        result.update(verdict="fail", phase="platform", firmware_ram_changes=changed,
+        result.update(verdict=FAIL, phase="platform", firmware_ram_changes=changed,
                       reason="the platform firmware changed RAM the OS owns across the S3 resume "
                              f"(pmtest_ramguard): {'; '.join(changed[:3])}")
         return result
     if report is None:  # disk: booted afresh, the image was not resumed
-        result.update(verdict="fail", phase="restore",
+        result.update(verdict=FAIL, phase="restore",
                       reason="the guest booted afresh instead of resuming from the hibernation image")
         return result
     parsed = parsed or parse_report(report)
     parts = parsed.sections
     if "trace_raw_error" in parts:
-        result.update(verdict="error", phase="lab",
+        result.update(verdict=ERROR, phase="lab",
                       reason=f"the guest's trace pages could not be decoded: {parts['trace_raw_error'].splitlines()[0]}")
         return result
     if status != 0 or "end" not in parts:
-        result.update(verdict="error", phase="lab",
+        result.update(verdict=ERROR, phase="lab",
                       reason=f"pmlab-cycle exited with {status}: {report.strip()[-300:]}")
         return result
     before, enter, after = (guest_report.key_values(parts.get(n)) for n in ("before", "enter", "after"))
@@ -113,13 +113,13 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
                                            result["wakeup_sources_delta"])
         early = pressed and s2idle.pressed_before_idle(result["s2idle"], entered != 0)
         if early:
-            result.update(verdict="error", phase="lab", reason=early)
+            result.update(verdict=ERROR, phase="lab", reason=early)
             return result
     if entered != 0:
         phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
         if not phase and failed:
             phase = trace.phase_of(failed[0][1])
-        result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
+        result.update(verdict=FAIL, phase=phase or result.get("last_phase") or "suspend",
                       reason=f"writing '{mode.state}' to /sys/power/state failed: "
                              f"{enter.get('error') or 'status ' + str(entered)}"
                              + (f"; failed callbacks: {_described(failed)}" if failed else "") + afterwards)
@@ -127,18 +127,18 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
 
     missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
     if missing:
-        result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing) + afterwards)
+        result.update(verdict=FAIL, phase="sleep", reason="no proof of sleep: " + "; ".join(missing) + afterwards)
     elif failed:
-        result.update(verdict="fail", phase=trace.phase_of(failed[0][1]),
+        result.update(verdict=FAIL, phase=trace.phase_of(failed[0][1]),
                       reason=f"callbacks returned errors: {_described(failed)}{afterwards}")
     elif broken:
-        result.update(verdict="fail", phase=devices.PHASE,
+        result.update(verdict=FAIL, phase=devices.PHASE,
                       reason=f"devices not working after the resume: {_broken(broken)}")
     elif result["problems"]:
-        result.update(verdict="fail", phase=result.get("last_phase") or "resume",
+        result.update(verdict=FAIL, phase=result.get("last_phase") or "resume",
                       reason=f"kernel reported problems: {result['problems'][:5]}")
     else:
-        result.update(verdict="pass", phase=None, reason=None)
+        result.update(verdict=PASS, phase=None, reason=None)
     return result
 
 
@@ -162,8 +162,8 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed)
     violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
     result.update(ordering_record(violations, checked))
-    if violations and result["verdict"] == "pass":
-        result.update(verdict="fail", phase="ordering", reason=str(violations[0]))
+    if violations and result["verdict"] == PASS:
+        result.update(verdict=FAIL, phase="ordering", reason=str(violations[0]))
     return result
 
 
@@ -176,7 +176,7 @@ def judge_reply(mode, reply, events, evidence, timeline, token, boot_id):
         return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
                                 events, evidence, timeline, token, boot_id)
     except Exception as error:
-        return {"verdict": "error", "phase": "lab",
+        return {"verdict": ERROR, "phase": "lab",
                 "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}
 
 
@@ -243,7 +243,7 @@ def keep_evidence(rundir, record, report, evidence):
     "failures" keeps them only for a cycle that did not pass. A passing cycle
     then keeps its console's problem and ordering lines (console.notable)
     and their count; the run's console/<guest>.log still has every line."""
-    keep_all = rundir.keep == "full" or record.get("verdict") != "pass"
+    keep_all = rundir.keep == "full" or record.get("verdict") != PASS
     if report is not None and keep_all:
         record["report"] = rundir.write_file(report_path(record["cycle"]), report, compress=True)
     if keep_all:

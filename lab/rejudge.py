@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from lab import modes
 from lab.judge import judge_with_order
-from lab.records import cycles_path, host_events, read_cycles, read_report
+from lab.records import UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
 from lab.errors import LabError
 
 
@@ -44,8 +44,8 @@ def rejudge_record(run_dir, record):
     """One cycle's Rejudged."""
     old = (record.get("verdict"), record.get("phase"))
     label = f"{record.get('mode')}/{record.get('wake')}"
-    if record.get("status") != "done":
-        return Rejudged(record["cycle"], label, ("unfinished", None), None, "only its 'started' line")
+    if not is_done(record):
+        return Rejudged(record["cycle"], label, (UNFINISHED, None), None, "only its 'started' line")
     if not record.get("report"):
         if "evidence_lines" in record:  # lab.judge.keep_evidence under --keep failures
             return Rejudged(record["cycle"], label, old, None, "passed; its report was not kept (--keep failures)")
