@@ -16,7 +16,7 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDINGS = os.path.join(REPO, "pytest", "recordings")
 
-# Fields of the "started" line (lab/cycle.py run_cycle), the rest comes with "done".
+# Fields of the "started" line (lab/cycle.py drive_cycle), the rest comes with "done".
 STARTED_FIELDS = ("run_id", "cycle", "mode", "wake", "pm_test", "guest", "host_start", "knobs",
                   "guest_boot_id", "kernel", "profile", "worker", "project_commit")
 

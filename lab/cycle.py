@@ -142,7 +142,7 @@ class Cycle:
 
     def not_running(self):
         """The guest cannot answer any more: its domain is gone or its kernel
-        panicked (ends every wait early; run_cycle says which)."""
+        panicked (ends every wait early; drive_cycle says which)."""
         return self.panic() is not None or not self.guest.running()
 
     def panic(self):
@@ -239,14 +239,6 @@ def cycle_arguments(mode, number, knobs=(), token=None, probes=()):
 
 
 # ------------------------------------------------------------------ running
-
-def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, sleepgraph_files=False):
-    """Drive, judge and record one cycle. Returns the final record; its
-    "guest_usable" is False when the guest must be replaced (hang, lab error).
-    A cycle that did not pass (or every cycle, with sleepgraph_files) also gets
-    the two files Intel's sleepgraph reads (lab/sleepgraph.py)."""
-    return drive_cycle(guest, mode, number, rundir, watchdogs, knobs, meta).finish(sleepgraph_files)
-
 
 class DrivenCycle:
     """A cycle whose guest part is over: its record so far and what judging

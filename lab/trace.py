@@ -233,11 +233,6 @@ def failed_callbacks(sequences):
                                     and (call["err"] == EAGAIN or call["err"] > 0))]
 
 
-def unfinished_callbacks(sequences):
-    return [(device, call["cb"]) for device, calls in sequences.items()
-            for call in calls if call["us"] is None]
-
-
 # Verbs of the transitions that go down (suspend, hibernate); the others
 # (resume, thaw, restore, recover) come back up.
 DOWN_VERBS = ("suspend", "freeze", "hibernate", "quiesce")

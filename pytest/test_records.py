@@ -213,7 +213,7 @@ def fresh_process():
 
 
 def recorded_cycle(name, keep, tmp_path):
-    """A recorded cycle judged and recorded again as lab/cycle.py run_cycle
+    """A recorded cycle judged and recorded again as lab/cycle.py DrivenCycle.finish
     does it (judge_with_order, keep_evidence, RunDir.append)."""
     from lab import modes
     from lab.judge import judge_with_order, keep_evidence
