@@ -9,7 +9,7 @@ run-cycles.jsonl.gz: version 2, mem x3, freeze x2, disk x1, all passing)
 renumbered into N cycles over --nights runs, written as the lab writes
 them (a "started" and a "done" line each, lab.records.append_records);
 version 3 is the same records through lab.records.compact_fields and
-lab.cycle.keep_evidence (--keep failures, and full for comparison). Each
+lab.judge.keep_evidence (--keep failures, and full for comparison). Each
 dashboard is computed by `./pmlab dashboard` (JSON and page) in a fresh process:
 wall seconds (the machine is shared) and the process's CPU seconds.
 """
@@ -32,7 +32,7 @@ sys.path.insert(0, REPO)
 
 from dashboards import testing  # noqa: E402
 from lab import records  # noqa: E402
-from lab.cycle import keep_evidence  # noqa: E402
+from lab.judge import keep_evidence  # noqa: E402
 
 RECORDED_RUN = os.path.join(REPO, "pytest", "recordings", "run-cycles.jsonl.gz")
 
@@ -40,7 +40,7 @@ RECORDED_RUN = os.path.join(REPO, "pytest", "recordings", "run-cycles.jsonl.gz")
 def recorded_run():
     with gzip.open(RECORDED_RUN, "rt") as source:
         lines = [json.loads(line) for line in source]
-    return [line for line in lines if line.get("status") == "done"]
+    return [line for line in lines if records.is_done(line)]
 
 
 def as_version3(record, keep, run):

@@ -16,7 +16,7 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDINGS = os.path.join(REPO, "pytest", "recordings")
 
-# Fields of the "started" line (lab/cycle.py run_cycle), the rest comes with "done".
+# Fields of the "started" line (lab/cycle.py drive_cycle), the rest comes with "done".
 STARTED_FIELDS = ("run_id", "cycle", "mode", "wake", "pm_test", "guest", "host_start", "knobs",
                   "guest_boot_id", "kernel", "profile", "worker", "project_commit")
 
@@ -76,12 +76,13 @@ def with_host_phases(records):
     and timeline as lab/cycle.py does (the recordings predate the field; their
     timelines lack its last steps, "ended" and "judged")."""
     from dashboards.inputs import epoch
-    from lab.cycle import host_phases
+    from lab.judge import host_phases
+    from lab.records import is_done
 
     out = []
     for record in records:
         record = copy.deepcopy(record)
-        if record.get("status") == "done" and record.get("timeline") and epoch(record.get("host_start")):
+        if is_done(record) and record.get("timeline") and epoch(record.get("host_start")):
             record["host_phases"] = host_phases(epoch(record["host_start"]), record["timeline"])
         out.append(record)
     return out
@@ -115,8 +116,10 @@ def version3(records):
 
 
 def started_line(record):
+    from lab.records import STARTED
+
     line = {key: record[key] for key in STARTED_FIELDS if key in record}
-    line["status"] = "started"
+    line["status"] = STARTED
     return line
 
 
@@ -124,12 +127,12 @@ def write_run(results_root, run_id, records, manifest=None, summary=True):
     """A run directory written the way the lab writes one (lab.records.RunDir:
     a started line then a done line per cycle, summary.json, `latest` link).
     Records with status "started" get only their started line."""
-    from lab.records import RunDir
+    from lab.records import RunDir, is_done
 
     run = RunDir(results_root, run_id)
     for record in records:
         run.append(started_line(record))
-        if record.get("status") == "done":
+        if is_done(record):
             run.append(record)
     if summary:
         run.write_summary()

@@ -33,11 +33,6 @@ TEMPLATE = "timeline.html"
 SCRIPT = "timeline-page.js"
 STYLE = "timeline-page.css"
 DIRECTORY = "timelines"
-# The PM core's device phases: they become bands behind the device rows; the
-# other suspend_resume actions (freeze_processes, machine_suspend, ...) are
-# drawn on the phase track only.
-DEVICE_PHASES = ("dpm_prepare", "dpm_suspend", "dpm_suspend_late", "dpm_suspend_noirq",
-                 "dpm_resume_noirq", "dpm_resume_early", "dpm_resume", "dpm_complete")
 # A trace context line of the oracle: "<ts> <driver> <device> <callback> [<verb>]"
 TRACE_CONTEXT = re.compile(r"^(?P<ts>\d+\.\d{6}) ")
 PMTEST_SEQ = re.compile(r"\bseq=(?P<seq>\d{1,20})\b")
@@ -62,7 +57,9 @@ def _phases(marks, t0):
     for ts, action, val, is_begin in marks:
         if is_begin:
             span = {"name": action, "val": val, "start_ms": _ms(ts, t0), "end_ms": None,
-                    "device_phase": action in DEVICE_PHASES}
+                    # the PM core's device phases become bands behind the device rows;
+                    # the other actions (freeze_processes, ...) stay on the phase track
+                    "device_phase": action in trace.DPM_PHASES}
             spans.append(span)
             open_spans.setdefault(action, []).append(span)
         elif open_spans.get(action):
@@ -143,7 +140,8 @@ def model(record, report_text):
         raise TimelineError("the report has no '=== trace' section")
     events = trace.parse(parts["trace"])
     marks = trace.markers(events)
-    sequences = trace.callbacks(events)
+    paired = trace.paired_callbacks(events)
+    sequences = trace.per_device(paired)
     if not marks and not sequences:
         raise TimelineError("the report's trace has no suspend_resume or device callback events")
     times = [m[0] for m in marks] + [call["t"] for calls in sequences.values() for call in calls]
@@ -151,7 +149,7 @@ def model(record, report_text):
     last = max(times + [call["t"] + call["us"] / 1e6 for calls in sequences.values() for call in calls
                         if call["us"] is not None])
     end_ms = _ms(last, t0)
-    _, parents = observe.from_trace(parts["trace"])
+    _, parents = observe.from_callbacks(paired)  # the tree the oracle judged
 
     # where each pmtest record ran, on the trace clock: its trace copy (event
     # pmtest_callback, same seq) where the guest enabled that event, as
@@ -302,7 +300,7 @@ def write_cycle(run_dir, record, out_dir=None):
 
 def draws(record):
     """Cycles drawn without being asked for: those that did not pass."""
-    return records.state_of(record) != "pass"
+    return records.state_of(record) != records.PASS
 
 
 def _stderr(message):

@@ -6,7 +6,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 
-from lab.virt import LabError
+from lab.errors import LabError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(REPO, "build", "out")

@@ -42,10 +42,6 @@ def strip_timestamp(line):
     return TIMESTAMP.sub("", line)
 
 
-def contains(line, fragment):
-    return fragment in strip_timestamp(line)
-
-
 def cycle_lines(console_lines, cycle):
     """The lines of one cycle: from its begin marker to its end marker.
     A cycle that never ended (hang, panic) runs to the end of the console.
@@ -74,10 +70,6 @@ def problems(console_lines):
 def firmware_ram_changes(console_lines):
     """What pmtest_ramguard saw the firmware change across S3, one text a page."""
     return [match.group(1) for match in map(FIRMWARE_RAM.search, console_lines) if match]
-
-
-def panicked(console_lines):
-    return any(PANIC.search(line) for line in console_lines)
 
 
 def notable(console_lines):

@@ -35,11 +35,10 @@ from dataclasses import dataclass, replace
 
 import libvirt
 
-from lab import console, devices, guest_report, pmtest_log, records, s2idle, sleepgraph, trace
+from lab import console, devices, guest_report, records, sleepgraph
 from lab.guest_agent import AgentTimeout, quote
-from lab.oracle.cycle_check import as_record as ordering_record
-from lab.oracle.cycle_check import judge_cycle
-from lab.records import RECORD_VERSION, hang_dump_path, iso, report_path
+from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence
+from lab.records import ERROR, FAIL, HANG, PASS, hang_dump_path, iso, mark_done, new_record
 from lab.request import Watchdogs
 
 RTC_WAKE_SECONDS = 2
@@ -48,18 +47,6 @@ RTC_WAKE_SECONDS = 2
 # 10,000 once the guest resumed fast, libvirtd slow to answer). The proof
 # needs the event, so the cycle waits this long for it after the report.
 WAKE_EVENT_GRACE = 5
-# guest/init prints this when the swap disk held no image: the boot was fresh,
-# not a restore (its earlier lines also appear in the boot kernel of a restore).
-FRESH_BOOT = "pmlab-init: no hibernation image"
-
-# Deepest phase marker each pm_test level reaches, and the first it must not.
-PM_TEST_REACH = {
-    "freezer": ("freeze_processes", "dpm_prepare"),
-    "devices": ("dpm_suspend", "dpm_suspend_late"),
-    "platform": ("dpm_suspend_noirq", "machine_suspend"),
-    "processors": ("dpm_suspend_noirq", "machine_suspend"),
-    "core": ("dpm_suspend_noirq", "machine_suspend"),
-}
 
 
 @dataclass(frozen=True)
@@ -146,7 +133,7 @@ class Cycle:
 
     def not_running(self):
         """The guest cannot answer any more: its domain is gone or its kernel
-        panicked (ends every wait early; run_cycle says which)."""
+        panicked (ends every wait early; drive_cycle says which)."""
         return self.panic() is not None or not self.guest.running()
 
     def panic(self):
@@ -242,205 +229,7 @@ def cycle_arguments(mode, number, knobs=(), token=None, probes=()):
     return " ".join(quote(arg) for arg in args)
 
 
-# ------------------------------------------------------------------ judging
-
-def judge(mode, report, status, events, evidence, timeline, token, boot_id):
-    """The verdict fields of a finished cycle from what was observed: the
-    guest's report text and exit status (report None: the guest booted afresh
-    instead of resuming), the libvirt events [(time, kind, detail)], the
-    cycle's console lines, the host timeline [[step, time]], the tmpfs token
-    sent and the guest's boot id before the cycle. Pure: recorded cycles can
-    be judged again (pytest/test_judge.py)."""
-    counts = {}
-    for _, kind, _ in events:
-        counts[kind] = counts.get(kind, 0) + 1
-    result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
-    changed = console.firmware_ram_changes(evidence)
-    if changed:  # the platform's failure, whatever followed from it (a crash, a lost report)
-        result.update(verdict="fail", phase="platform", firmware_ram_changes=changed,
-                      reason="the platform firmware changed RAM the OS owns across the S3 resume "
-                             f"(pmtest_ramguard): {'; '.join(changed[:3])}")
-        return result
-    if report is None:  # disk: booted afresh, the image was not resumed
-        result.update(verdict="fail", phase="restore",
-                      reason="the guest booted afresh instead of resuming from the hibernation image")
-        return result
-    parts = guest_report.sections(report)
-    if "trace_raw_error" in parts:
-        result.update(verdict="error", phase="lab",
-                      reason=f"the guest's trace pages could not be decoded: {parts['trace_raw_error'].splitlines()[0]}")
-        return result
-    if status != 0 or "end" not in parts:
-        result.update(verdict="error", phase="lab",
-                      reason=f"pmlab-cycle exited with {status}: {report.strip()[-300:]}")
-        return result
-    before, enter, after = (guest_report.key_values(parts.get(n)) for n in ("before", "enter", "after"))
-    sysfs_before, sysfs_after = guest_report.snapshot(parts, "before"), guest_report.snapshot(parts, "after")
-    stats_before = guest_report.suspend_stats(sysfs_before)
-    stats_after = guest_report.suspend_stats(sysfs_after)
-    events_trace = trace.parse(parts.get("trace", ""))
-    sequences = trace.callbacks(events_trace)
-    pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
-    result.update(trace.timing(events_trace))
-    result["suspend_stats_delta"] = guest_report.stats_delta(stats_before, stats_after)
-    result["wakeup_sources_delta"] = guest_report.wakeup_delta(
-        guest_report.wakeup_sources(sysfs_before), guest_report.wakeup_sources(sysfs_after))
-    result["phases"] = trace.phases_reached(events_trace)
-    result["phase_ms"] = trace.phase_ms(events_trace)  # per PM phase, for the dashboard's kernels
-    # Per device ("name (driver)", trace.device_id), in order: callback,
-    # microseconds, error, stored compactly (lab.records.compact_fields; read
-    # back with lab.records.callbacks); the report keeps the full trace.
-    result.update(records.compact_fields(sequences, pmtest_log.by_device(pmtest_entries)))
-    result["trace_events"] = len(events_trace)
-
-    failed = trace.failed_callbacks(sequences)
-    if failed:  # as fields, for the buckets; the reason says it in words
-        result["failed_callbacks"] = [{"device": device, "cb": cb, "err": err} for device, cb, err in failed]
-    broken, afterwards = [], ""
-    if "probes" in parts:  # a device guest: does every device still work?
-        result["probes"] = devices.parse_probes(parts["probes"])
-        broken = devices.broken(result["probes"])
-    if broken:  # named in whatever verdict the cycle gets
-        result["broken_devices"] = [device for device, _, _ in broken]
-        afterwards = f"; devices not working afterwards: {_broken(broken)}"
-    entered = int(enter.get("status", "1"))
-    result["enter_status"] = entered
-    pressed = "powerbutton-sent" in dict(timeline)  # that the lab pressed; never when (host clock)
-    if mode.kind == "freeze":
-        result["s2idle"] = s2idle.evidence(parts.get("dmesg"), result["s2idle_loops"],
-                                           result["wakeup_sources_delta"])
-        early = pressed and s2idle.pressed_before_idle(result["s2idle"], entered != 0)
-        if early:
-            result.update(verdict="error", phase="lab", reason=early)
-            return result
-    if entered != 0:
-        phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
-        if not phase and failed:
-            phase = trace.phase_of(failed[0][1])
-        result.update(verdict="fail", phase=phase or result.get("last_phase") or "suspend",
-                      reason=f"writing '{mode.state}' to /sys/power/state failed: "
-                             f"{enter.get('error') or 'status ' + str(entered)}"
-                             + (f"; failed callbacks: {_described(failed)}" if failed else "") + afterwards)
-        return result
-
-    missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
-    if missing:
-        result.update(verdict="fail", phase="sleep", reason="no proof of sleep: " + "; ".join(missing) + afterwards)
-    elif failed:
-        result.update(verdict="fail", phase=trace.phase_of(failed[0][1]),
-                      reason=f"callbacks returned errors: {_described(failed)}{afterwards}")
-    elif broken:
-        result.update(verdict="fail", phase=devices.PHASE,
-                      reason=f"devices not working after the resume: {_broken(broken)}")
-    elif result["problems"]:
-        result.update(verdict="fail", phase=result.get("last_phase") or "resume",
-                      reason=f"kernel reported problems: {result['problems'][:5]}")
-    else:
-        result.update(verdict="pass", phase=None, reason=None)
-    return result
-
-
-def _broken(broken):
-    """Devices whose probe failed, in words: "nvme-disk (disk): no block device; ..."."""
-    return "; ".join(f"{device} ({probe}): {error}" for device, probe, error in broken)
-
-
-def _described(failed):
-    """Failed callbacks in words: "PNP0A06:01 (acpi) [suspend] -5, ..."."""
-    return ", ".join(f"{device} {cb} {err}" for device, cb, err in failed)
-
-
-def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id):
-    """judge(), then the callback order against the seed's rules (lab/oracle):
-    a cycle that slept and woke with callbacks out of order did not pass.
-    The verdict fields run_cycle records; `./pmlab judge` (lab/rejudge.py)
-    calls this again on a recorded run."""
-    result = judge(mode, report, status, events, evidence, timeline, token, boot_id)
-    violations, checked = judge_cycle(report, evidence)
-    result.update(ordering_record(violations, checked))
-    if violations and result["verdict"] == "pass":
-        result.update(verdict="fail", phase="ordering", reason=str(violations[0]))
-    return result
-
-
-def judge_reply(mode, reply, events, evidence, timeline, token, boot_id):
-    """judge_with_order on the guest's reply (None: booted afresh). Should
-    the judge itself fail (a bug of ours, e.g. on a report it cannot read),
-    the cycle is an `error` naming the exception, so it is still recorded
-    and, not having passed, keeps its report (keep_evidence)."""
-    try:
-        return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
-                                events, evidence, timeline, token, boot_id)
-    except Exception as error:
-        return {"verdict": "error", "phase": "lab",
-                "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}
-
-
-def _proof(mode, steps, token, boot_id, counts, before, after, result):
-    """Fill result["proof"]; return the list of what is missing."""
-    proof = result["proof"]
-    missing = []
-    phases = result["phases"]
-    success = result["suspend_stats_delta"].get("success", 0)
-    if mode.kind == "mem":
-        proof.update(pmsuspend=counts.get("pmsuspend", 0), pmwakeup=counts.get("pmwakeup", 0),
-                     machine_suspend=result["suspend_ms"] is not None and result["resume_ms"] is not None,
-                     suspend_stats_success=success)
-        if proof["pmsuspend"] != 1 or proof["pmwakeup"] != 1:
-            missing.append(f"expected 1 PMSuspended and 1 PMWakeup event, got "
-                           f"{proof['pmsuspend']} and {proof['pmwakeup']}")
-    elif mode.kind == "freeze":
-        # Whether the guest idled and what woke it, from the guest's trace and
-        # log (lab/s2idle.py); the host's notes only say that it pressed.
-        found = result["s2idle"]
-        proof.update(s2idle_entered="s2idle-entered" in steps,
-                     button_pressed="powerbutton-sent" in steps,
-                     idled=found["idle_entries"] > 0,
-                     woke_by_button=s2idle.woke_by_button(found),
-                     machine_suspend=result["suspend_ms"] is not None and result["resume_ms"] is not None,
-                     suspend_stats_success=success, pmsuspend=counts.get("pmsuspend", 0))
-        if not (proof["s2idle_entered"] and proof["button_pressed"]):
-            missing.append("the guest did not stay in s2idle until the power button was pressed")
-        elif not proof["woke_by_button"]:
-            missing.append(f"the guest left s2idle before the power button woke it ({found['wake'] or 'no wake reason logged'})")
-    elif mode.kind == "disk":
-        proof.update(boot_id_kept=before.get("boot_id") == after.get("boot_id") == boot_id,
-                     token_kept=after.get("token") == token,
-                     stopped=counts.get("stopped", 0), pmsuspend_disk=counts.get("pmsuspend-disk", 0),
-                     reboot=counts.get("reboot", 0))
-        if mode.wake == "platform" and proof["stopped"] != 1:
-            missing.append(f"expected the domain to stop once (S4), it stopped {proof['stopped']} times")
-        if mode.wake == "reboot" and proof["reboot"] < 1:
-            missing.append("no Reboot event")
-        if not proof["boot_id_kept"]:
-            missing.append(f"boot id changed ({before.get('boot_id')} -> {after.get('boot_id')})")
-        if not proof["token_kept"]:
-            missing.append("the tmpfs token did not survive")
-    elif mode.kind == "pm_test":
-        reach, beyond = PM_TEST_REACH[mode.pm_test]
-        proof.update(reached=reach in phases, went_beyond=beyond in phases,
-                     pmsuspend=counts.get("pmsuspend", 0), suspend_stats_success=success)
-        if not proof["reached"] or proof["went_beyond"]:
-            missing.append(f"pm_test={mode.pm_test} should reach {reach} and not {beyond}; phases: {phases}")
-        if proof["pmsuspend"]:
-            missing.append("a pm_test cycle suspended the machine")
-    if mode.kind in ("mem", "freeze"):
-        if not proof["machine_suspend"]:
-            missing.append("no machine_suspend begin/end in the trace")
-    if mode.kind in ("mem", "freeze", "pm_test") and success != 1:
-        missing.append(f"suspend_stats success went up by {success}, not 1")
-    return missing
-
-
 # ------------------------------------------------------------------ running
-
-def run_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, sleepgraph_files=False):
-    """Drive, judge and record one cycle. Returns the final record; its
-    "guest_usable" is False when the guest must be replaced (hang, lab error).
-    A cycle that did not pass (or every cycle, with sleepgraph_files) also gets
-    the two files Intel's sleepgraph reads (lab/sleepgraph.py)."""
-    return drive_cycle(guest, mode, number, rundir, watchdogs, knobs, meta).finish(sleepgraph_files)
-
 
 class DrivenCycle:
     """A cycle whose guest part is over: its record so far and what judging
@@ -473,9 +262,9 @@ class DrivenCycle:
                 self.cycle.note("rendered")
             record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
                                       self.cycle.token, self.boot_id))
-            if record["verdict"] == "error":
+            if record["verdict"] == ERROR:
                 record["guest_usable"] = False
-            if reply is not None and (sleepgraph_files or record["verdict"] != "pass"):
+            if reply is not None and (sleepgraph_files or record["verdict"] != PASS):
                 try:
                     record.update(sleepgraph.write_files(rundir, record, reply.output))
                 except sleepgraph.SleepgraphError as error:  # e.g. a guest image without the dmesg section
@@ -499,11 +288,8 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     rest is DrivenCycle.finish()'s. Returns the DrivenCycle."""
     watchdogs = watchdogs or Watchdogs()
     started = time.time()
-    record = {"record_version": RECORD_VERSION, "run_id": rundir.run_id, "cycle": number, "status": "started",
-              "mode": mode.name,
-              "wake": mode.wake, "pm_test": mode.pm_test, "guest": guest.name,
-              "host_start": iso(started), "knobs": [list(k) for k in knobs],
-              "guest_boot_id": guest.boot_id}
+    record = new_record(rundir.run_id, number, mode, guest=guest.name, host_start=iso(started),
+                        knobs=[list(k) for k in knobs], guest_boot_id=guest.boot_id)
     record.update(meta or {})
     rundir.append(record)
 
@@ -521,10 +307,10 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     events = guest.events.since(cycle.event_mark)
     all_lines = guest.console.lines(cycle.console_mark)
     evidence = console.cycle_lines(all_lines, number) or all_lines[-80:]
-    record.update(status="done", host_end=iso(ended), host_seconds=round(ended - started, 3),
-                  timeline=cycle.timeline, guest_usable=True, token=cycle.token,
-                  channel_pokes=guest.agent.pokes - cycle.pokes_before,
-                  **{records.EVENTS_FIELD: [[round(t, 3), kind, detail] for t, kind, detail in events]})
+    mark_done(record, host_end=iso(ended), host_seconds=round(ended - started, 3),
+              timeline=cycle.timeline, guest_usable=True, token=cycle.token,
+              channel_pokes=guest.agent.pokes - cycle.pokes_before,
+              **{records.EVENTS_FIELD: [[round(t, 3), kind, detail] for t, kind, detail in events]})
     if hang is not None or lab_error is not None:
         # Why the guest stopped answering decides whose failure it is.
         panic = cycle.panic()
@@ -532,17 +318,17 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         died = next((detail for _, kind, detail in events if kind == "stopped" and detail in QEMU_DIED), None)
         if panic is not None:
             guest.destroy()
-            record.update(verdict="fail", phase=hang.phase if hang else "lab",
+            record.update(verdict=FAIL, phase=hang.phase if hang else "lab",
                           reason=f"kernel panic: {console.strip_timestamp(panic)}", guest_usable=False,
                           problems=console.problems(evidence))
             hang = lab_error = None
         elif lost:
-            record.update(verdict="error", phase="lab", guest_usable=False,
+            record.update(verdict=ERROR, phase="lab", guest_usable=False,
                           reason=f"libvirt connection to {guest.connection.uri} lost ({lost}) "
                                  f"during phase {hang.phase if hang else 'lab'}")
             hang = lab_error = None
         elif died is not None:
-            record.update(verdict="error", phase="lab", guest_usable=False,
+            record.update(verdict=ERROR, phase="lab", guest_usable=False,
                           reason=f"QEMU exited during phase {hang.phase if hang else 'lab'} "
                                  f"(libvirt: stopped, {QEMU_DIED[died]})")
             guest.destroy()
@@ -558,12 +344,12 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
         dump_path = rundir.write_file(hang_dump_path(number, guest.name), "\n".join(dump) + "\n")
-        record.update(verdict="hang", phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
+        record.update(verdict=HANG, phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
                       hang_dump=dump_path, guest_usable=False,
                       problems=console.problems(evidence))
     elif lab_error is not None:
         guest.destroy()
-        record.update(verdict="error", phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
+        record.update(verdict=ERROR, phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",
                       guest_usable=False)
     elif "verdict" not in record:
         if reply is not None:
@@ -574,39 +360,10 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     return DrivenCycle(rundir, record, cycle, reply, events, evidence, guest.boot_id, guest.console.file_error)
 
 
-def keep_evidence(rundir, record, report, evidence):
-    """Put a finished cycle's evidence in its record by the run's keep policy
-    (RunDir.keep, --keep): "full" keeps every cycle's guest report (the whole
-    trace buffer and pmtest log, reports/cycleN.txt.gz) and console lines;
-    "failures" keeps them only for a cycle that did not pass. A passing cycle
-    then keeps its console's problem and ordering lines (console.notable)
-    and their count; the run's console/<guest>.log still has every line."""
-    keep_all = rundir.keep == "full" or record.get("verdict") != "pass"
-    if report is not None and keep_all:
-        record["report"] = rundir.write_file(report_path(record["cycle"]), report, compress=True)
-    if keep_all:
-        record["evidence"] = evidence
-    else:
-        record["evidence"] = console.notable(evidence)
-        record["evidence_lines"] = len(evidence)
-
-
 # libvirt's STOPPED details that mean QEMU went away by itself (a hibernating
 # guest's power-off is VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN).
 QEMU_DIED = {libvirt.VIR_DOMAIN_EVENT_STOPPED_FAILED: "failed: the QEMU process was killed or crashed",
              libvirt.VIR_DOMAIN_EVENT_STOPPED_CRASHED: "crashed"}
-
-
-def host_phases(started, timeline):
-    """Seconds between consecutive host steps, e.g. {"sent-pmsuspend": 0.29}:
-    where a cycle's wall time goes ("start" is the record's host_start,
-    "ended" the wait's end, "judged" the verdict, oracle included)."""
-    phases, previous, last = {}, "start", started
-    for step, when in timeline:
-        key = f"{previous}-{step}"
-        phases[key] = round(phases.get(key, 0) + when - last, 3)
-        previous, last = step, when
-    return phases
 
 
 _libc = None

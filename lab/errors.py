@@ -1,5 +1,5 @@
-"""The lab's error types, apart from the code that raises them, so that
-pure modules (modes, options, request, judge) need not import libvirt."""
+"""The lab's error types. Apart from lab/virt.py so that checking input,
+planning and judging a recorded run need no libvirt."""
 
 
 class LabError(Exception):

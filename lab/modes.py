@@ -4,7 +4,7 @@ command uses to name modes (--mode MODE[/WAKE][*N]; see GRAMMAR)."""
 
 from dataclasses import dataclass
 
-from lab.virt import LabError
+from lab.errors import LabError
 
 PM_TEST_LEVELS = ("freezer", "devices", "platform", "processors", "core")
 

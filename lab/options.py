@@ -138,7 +138,7 @@ def add_budget(parser, cycles_help="cycles in the whole plan"):
 
 
 def add_keep(parser, default):
-    """--keep full|failures (lab.cycle.keep_evidence)."""
+    """--keep full|failures (lab.judge.keep_evidence)."""
     parser.add_argument("--keep", choices=("full", "failures"), default=default,
                         help="keep the full guest report and console lines of every cycle (full) or only of "
                              f"cycles that did not pass (failures; default {default})")

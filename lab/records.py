@@ -52,10 +52,14 @@ import zlib
 from lab import files
 from lab.trace import split_device_id
 
-VERDICTS = ("pass", "fail", "hang", "error")
+# A done cycle's verdict. ERROR is the lab's failure, not the kernel's.
+PASS, FAIL, HANG, ERROR = "pass", "fail", "hang", "error"
+VERDICTS = (PASS, FAIL, HANG, ERROR)
 UNFINISHED = "unfinished"
 STATES = VERDICTS + (UNFINISHED,)  # what a cycle can end up as; each cycle counts as exactly one
-JUDGED = ("pass", "fail", "hang", UNFINISHED)  # the pass rate's denominator
+JUDGED = (PASS, FAIL, HANG, UNFINISHED)  # the pass rate's denominator
+# A record's status: the line written as the cycle starts, the one written as it ends.
+STARTED, DONE = "started", "done"
 Z95 = 1.959963984540054
 # Record shape version: 2 keys callbacks by device identity (trace.device_id:
 # "name (driver)"), and a failed cycle carries failed_callbacks as fields.
@@ -100,14 +104,14 @@ class RunDir:
     def __init__(self, results_root, name, keep="full", link_latest=True, run_id=None):
         """name: the directory under results_root; run_id: the records' run
         id, if not the name (a nightly shard's directory is <run-id>-shardIofN);
-        keep: which cycles keep their full report (lab.cycle.keep_evidence);
+        keep: which cycles keep their full report (lab.judge.keep_evidence);
         link_latest=False: an existing run gets side files added later
         (./pmlab sleepgraph); `latest` keeps pointing at the newest run."""
         if keep not in KEEP:
             raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
         self.name = name
         self.run_id = run_id or name
-        self.keep = keep  # which cycles keep their full report and console lines (lab.cycle.keep_evidence)
+        self.keep = keep  # which cycles keep their full report and console lines (lab.judge.keep_evidence)
         self.path = os.path.join(results_root, name)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
@@ -203,8 +207,24 @@ def write_cycles(path, records):
     os.replace(temporary, path)
 
 
+def new_record(run_id, cycle, mode, status=STARTED, **fields):
+    """The one constructor of a cycle record (lab.cycle, lab.session, the
+    LAVA engine): record_version, the cycle's identity and its mode (a
+    lab.modes.Mode) first, then `fields` in the order given."""
+    record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": cycle, "status": status,
+              "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test}
+    record.update(fields)
+    return record
+
+
+def mark_done(record, **fields):
+    """A started record made its done line, in place: status DONE, then `fields`."""
+    record.update(status=DONE, **fields)
+    return record
+
+
 def is_done(record):
-    return record.get("status") == "done"
+    return record.get("status") == DONE
 
 
 def supersedes(new, old):
@@ -270,9 +290,8 @@ def read_cycles(path, problem=None, check=None, excluded=None):
 def close_interrupted(record, when=None):
     """A cycle with only its "started" line whose harness is known to be gone,
     closed as the lab's error (verdict error, phase "interrupted")."""
-    closed = dict(record)
-    closed.update(status="done", verdict="error", phase="interrupted",
-                  reason="interrupted: the run stopped before this cycle finished")
+    closed = mark_done(dict(record), verdict=ERROR, phase="interrupted",
+                       reason="interrupted: the run stopped before this cycle finished")
     if when is not None:
         closed.setdefault("host_end", iso(when))
     return closed
@@ -561,17 +580,17 @@ def state_of(record):
     a valid verdict is damaged: the lab's error), else "unfinished"."""
     if not is_done(record):
         return UNFINISHED
-    return record.get("verdict") if record.get("verdict") in VERDICTS else "error"
+    return record.get("verdict") if record.get("verdict") in VERDICTS else ERROR
 
 
 def injected(record):
     """Made to fail on purpose (lab/session.py sets expected_verdict)."""
-    return (record.get("expected_verdict") or "pass") != "pass"
+    return (record.get("expected_verdict") or PASS) != PASS
 
 
 def did_as_expected(record):
     """Passed, or, for an injected cycle, reached the verdict it was made for."""
-    return state_of(record) == (record.get("expected_verdict") or "pass")
+    return state_of(record) == (record.get("expected_verdict") or PASS)
 
 
 def rerun_origin(record):
@@ -586,7 +605,7 @@ def not_as_expected(records):
     (the error is still counted, as the lab's, by verdict_counts)."""
     settled = {rerun_origin(r) for r in records if did_as_expected(r)}
     return [r for r in records
-            if not did_as_expected(r) and not (state_of(r) == "error" and rerun_origin(r) in settled)]
+            if not did_as_expected(r) and not (state_of(r) == ERROR and rerun_origin(r) in settled)]
 
 
 def verdict_counts(records):
@@ -617,7 +636,7 @@ def pass_rate(records):
     (rate and ci95 None when nothing was judged)."""
     natural = [r for r in records if not injected(r)]
     states = [state_of(r) for r in natural]
-    passed = states.count("pass")
+    passed = states.count(PASS)
     judged = sum(state in JUDGED for state in states)
     return {"passed": passed, "judged": judged, "injected": len(records) - len(natural),
             "rate": round(passed / judged, 4) if judged else None, "ci95": wilson(passed, judged)}

@@ -2,7 +2,7 @@
 (`./pmlab judge RUN_DIR`, in the manner of `kunit.py parse`).
 
 A finished cycle that kept its guest report (RUN_DIR/reports/cycleN.txt.gz)
-goes through lab.cycle.judge_with_order again, the function that judged it
+goes through lab.judge.judge_with_order again, the function that judged it
 live, with what the record kept of the rest (libvirt events, console
 evidence, host timeline, tmpfs token, boot id). A cycle without a report
 passed in a run with --keep failures, or was decided by the host's watch
@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass
 
 from lab import modes
-from lab.cycle import judge_with_order
-from lab.records import cycles_path, host_events, read_cycles, read_report
-from lab.virt import LabError
+from lab.judge import judge_with_order
+from lab.records import UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
+from lab.errors import LabError
 
 
 @dataclass
@@ -44,10 +44,10 @@ def rejudge_record(run_dir, record):
     """One cycle's Rejudged."""
     old = (record.get("verdict"), record.get("phase"))
     label = f"{record.get('mode')}/{record.get('wake')}"
-    if record.get("status") != "done":
-        return Rejudged(record["cycle"], label, ("unfinished", None), None, "only its 'started' line")
+    if not is_done(record):
+        return Rejudged(record["cycle"], label, (UNFINISHED, None), None, "only its 'started' line")
     if not record.get("report"):
-        if "evidence_lines" in record:  # lab.cycle.keep_evidence under --keep failures
+        if "evidence_lines" in record:  # lab.judge.keep_evidence under --keep failures
             return Rejudged(record["cycle"], label, old, None, "passed; its report was not kept (--keep failures)")
         return Rejudged(record["cycle"], label, old, None, "no guest report: the host's watch decided it")
     try:

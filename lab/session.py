@@ -10,9 +10,10 @@ import libvirt
 
 from lab import devices, request, virt
 from lab.cycle import drive_cycle, release_free_memory
+from lab.errors import LabError
 from lab.request import Watchdogs
 from lab.guest import Guest, GuestError
-from lab.records import injected, iso, state_of
+from lab.records import DONE, ERROR, PASS, injected, iso, new_record, state_of
 
 
 # Cycles between two release_free_memory() calls (about 1 ms each).
@@ -25,7 +26,7 @@ class Session:
                  connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True,
                  device_set="lean", guest_stem=None):
         if profile not in virt.PROFILES:
-            raise virt.LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
+            raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
         self.rundir = rundir
         self.profile = profile
@@ -42,7 +43,7 @@ class Session:
         # the profile's firmware errata on the kernel command line (lab.virt.PROFILES)
         self.firmware_errata = firmware_errata
         if device_set not in devices.SETS:
-            raise virt.LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
+            raise LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
         self.device_set = device_set  # lab.devices: lean or zoo
         # guests are named <stem>-<boot>: unique per run directory and
         # per process of one run (a nightly chunk's stem names its first cycle)
@@ -89,7 +90,7 @@ class Session:
                 "devices": self.device_set,
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
-    def cycle(self, mode, number, knobs=(), expect="pass", press=None, while_asleep=None):
+    def cycle(self, mode, number, knobs=(), expect=PASS, press=None, while_asleep=None):
         """Run cycle `number`; always returns its final record. `expect`: the
         verdict the caller provoked on purpose (recorded, used by the summary);
         `press`: when a freeze cycle presses the power button
@@ -155,7 +156,7 @@ class Session:
         record = self._finished(record)
         planned = self._planned.pop(record["cycle"], None)
         attempt = record.get("rerun_attempt", 0)
-        if planned and state_of(record) == "error" and not injected(record) and attempt < reruns:
+        if planned and state_of(record) == ERROR and not injected(record) and attempt < reruns:
             mode, _, knobs, expect = planned
             again.append((mode, knobs, expect, record.get("rerun_of", record["cycle"]), attempt + 1))
         return record
@@ -170,12 +171,9 @@ class Session:
                     self._reconnect()
                 self.guest = self._new_guest()
             except (GuestError, Exception) as error:
-                record = {"run_id": self.rundir.run_id, "cycle": number, "status": "done",
-                          "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test,
-                          "guest": None, "host_start": iso(started), "host_end": iso(time.time()),
-                          "host_seconds": round(time.time() - started, 3),
-                          "verdict": "error", "phase": "boot",
-                          "reason": f"{type(error).__name__}: {error}"}
+                record = new_record(self.rundir.run_id, number, mode, DONE, guest=None, host_start=iso(started),
+                                    host_end=iso(time.time()), host_seconds=round(time.time() - started, 3),
+                                    verdict=ERROR, phase="boot", reason=f"{type(error).__name__}: {error}")
                 record.update(self._meta())
                 record.update(extra_meta or {})
                 record["expected_verdict"] = expect

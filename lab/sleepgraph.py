@@ -126,7 +126,7 @@ def write_files(rundir, record, report):
 def run(ftrace, dmesg, html, result=None, devdump=False, timeout=300):
     """sleepgraph.py on the two files: the HTML timeline at `html`; with
     `result`, its result file (read_result()); with devdump, its per-device
-    dump on stdout (read_devdump()). Returns the CompletedProcess; raises
+    dump on stdout (pytest/test_sleepgraph_crosscheck.py reads it). Returns the CompletedProcess; raises
     SleepgraphError when sleepgraph fails or writes no page."""
     command = [PYTHON, script_path(), "-ftrace", ftrace, "-dmesg", dmesg, "-o", html]
     if result:
@@ -155,31 +155,3 @@ def read_result(path):
             except ValueError:
                 values[key.strip()] = value
     return values
-
-
-PHASE_LINE = re.compile(r"^\s*(?P<phase>[a-z_]+\d*): (?P<start>[\d.]+) - (?P<end>[\d.]+) \((?P<n>\d+) devices\)$")
-DEVICE_LINE = re.compile(r"^\s*\d+\) (?P<name>.*?) - (?P<start>-?[\d.]+) - (?P<end>-?[\d.]+)$")
-DETAIL_LINE = re.compile(r"^\s*(?P<what>[a-z ]+): (?P<t>[\d.]+)$")
-
-
-def read_devdump(stdout):
-    """sleepgraph -devdump -verbose output (Data.printDetails): {"phases":
-    {phase: [(device, start, end), ...]}, "times": {"kernel suspend start": t,
-    "machine suspended": t, "machine resumed": t, "kernel resume end": t, ...}},
-    times in seconds of the trace clock. A device's name is the kernel's,
-    with "[2]", "[3]"... when it has several callbacks in one phase."""
-    phases, times, phase = {}, {}, None
-    for line in stdout.splitlines():
-        match = PHASE_LINE.match(line)
-        if match:
-            phase = match["phase"]
-            phases[phase] = []
-            continue
-        match = DEVICE_LINE.match(line)
-        if match and phase is not None:
-            phases[phase].append((match["name"].strip(), float(match["start"]), float(match["end"])))
-            continue
-        match = DETAIL_LINE.match(line)
-        if match:
-            times[match["what"].strip()] = float(match["t"])
-    return {"phases": phases, "times": times}

@@ -10,6 +10,7 @@ where the kernel does the work.
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 # "  sh-123     [000] d..1.   123.456789: suspend_resume: suspend_enter[3] begin"
 # The flags column is absent with some trace options; tolerate both. The task
@@ -126,24 +127,6 @@ def device_id(driver, name, parent=None):
     return f"{name}@{parent}" if parent and parent != "none" else name
 
 
-class CallPairs:
-    """Pairs device_pm_callback_end events with their starts: an end names
-    the device and its driver string but not its parent, so it closes the
-    newest open call of that (driver, name) (async suspend interleaves
-    devices, never one device's own calls)."""
-
-    def __init__(self):
-        self._open = {}  # (driver, name) -> [open calls]
-
-    def started(self, driver, name, call):
-        self._open.setdefault((driver.strip(), name), []).append(call)
-
-    def ended(self, driver, name):
-        """The call the end closes, or None."""
-        stack = self._open.get((driver.strip(), name))
-        return stack.pop() if stack else None
-
-
 def split_device_id(identity):
     """device_id() read back: (name, driver or None). A bare name (records
     before version 2 keyed devices by name only) has no driver; a
@@ -154,31 +137,85 @@ def split_device_id(identity):
     return identity.partition("@")[0], None
 
 
-def callbacks(events):
-    """Per device (device_id()), its PM callbacks in order:
-    {device: [{"cb": "<info>[<verb>]", "driver": d, "t": ts, "us": duration, "err": n}, ...]}
-    Starts and ends pair per device (async suspend interleaves devices). A
-    start without an end (a callback that never returned) has us/err None."""
-    sequences = {}
-    pairs = CallPairs()
+# The PM core's device phases (suspend_resume actions): every device
+# callback runs inside one of them.
+DPM_PHASES = ("dpm_prepare", "dpm_suspend", "dpm_suspend_late", "dpm_suspend_noirq",
+              "dpm_resume_noirq", "dpm_resume_early", "dpm_resume", "dpm_complete")
+
+
+@dataclass
+class Callback:
+    """One device PM callback: its device_pm_callback_start event, and what
+    its end said (end_ts and err None: it never returned)."""
+    ts: float           # start, trace clock
+    driver: str         # the driver/bus string as traced (may be blank)
+    name: str           # the device's name
+    parent: str         # its parent's name, "none" for a root
+    info: str           # "noirq bus", "" for ->prepare and ->complete
+    verb: str           # the PM event: suspend, resume, freeze, ...
+    phase: Optional[str]  # the DPM_PHASES action it ran in (None: outside every one)
+    end_ts: Optional[float] = None
+    err: Optional[int] = None
+
+    @property
+    def device(self):
+        return device_id(self.driver, self.name, self.parent)
+
+    @property
+    def label(self):
+        """"<info>[<verb>]", the callback as callbacks() names it."""
+        return f"{self.info.strip()}[{self.verb}]"
+
+    @property
+    def us(self):
+        return None if self.end_ts is None else round((self.end_ts - self.ts) * 1e6, 1)
+
+
+def paired_callbacks(events):
+    """Every device callback of the trace in the order they started, each
+    start paired with its end. An end names the device and its driver
+    string but not its parent, so it closes the newest open call of that
+    (driver, name): async suspend interleaves devices, never one device's
+    own calls. The one pairer: callbacks() (the record, the timeline) and
+    the oracle (lab/oracle/observe.from_callbacks) read its result."""
+    found, open_calls, phase = [], {}, None
     for event in events:
-        if event.name == "device_pm_callback_start":
+        if event.name == "suspend_resume":
+            match = SUSPEND_RESUME.match(event.body)
+            if match and match["action"] in DPM_PHASES:
+                phase = match["action"] if match["edge"] == "begin" else None
+        elif event.name == "device_pm_callback_start":
             match = CALLBACK_START.match(event.body)
             if not match:
                 continue
-            call = {"cb": f"{match['info'].strip()}[{match['verb']}]", "driver": match["driver"],
-                    "t": event.ts, "us": None, "err": None}
-            device = device_id(match["driver"], match["device"], match["parent"])
-            sequences.setdefault(device, []).append(call)
-            pairs.started(match["driver"], match["device"], call)
+            call = Callback(event.ts, match["driver"], match["device"], match["parent"], match["info"],
+                            match["verb"], phase)
+            found.append(call)
+            open_calls.setdefault((call.driver.strip(), call.name), []).append(call)
         elif event.name == "device_pm_callback_end":
             match = CALLBACK_END.match(event.body)
-            call = match and pairs.ended(match["driver"], match["device"])
-            if not call:
+            stack = match and open_calls.get((match["driver"].strip(), match["device"]))
+            if not stack:
                 continue
-            call["us"] = round((event.ts - call["t"]) * 1e6, 1)
-            call["err"] = int(match["err"])
+            call = stack.pop()
+            call.end_ts, call.err = event.ts, int(match["err"])
+    return found
+
+
+def per_device(paired):
+    """paired_callbacks() per device (device_id()), in order:
+    {device: [{"cb": "<info>[<verb>]", "driver": d, "t": ts, "us": duration, "err": n}, ...]}
+    A callback that never returned has us/err None."""
+    sequences = {}
+    for call in paired:
+        sequences.setdefault(call.device, []).append(
+            {"cb": call.label, "driver": call.driver, "t": call.ts, "us": call.us, "err": call.err})
     return sequences
+
+
+def callbacks(events):
+    """Per device, its PM callbacks in order (per_device() of paired_callbacks())."""
+    return per_device(paired_callbacks(events))
 
 
 EAGAIN = -11
@@ -194,11 +231,6 @@ def failed_callbacks(sequences):
             for device, calls in sequences.items() for call in calls
             if call["err"] and not (call["cb"].startswith("[")
                                     and (call["err"] == EAGAIN or call["err"] > 0))]
-
-
-def unfinished_callbacks(sequences):
-    return [(device, call["cb"]) for device, calls in sequences.items()
-            for call in calls if call["us"] is None]
 
 
 # Verbs of the transitions that go down (suspend, hibernate); the others

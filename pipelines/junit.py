@@ -16,22 +16,24 @@ import xml.etree.ElementTree as ET
 
 
 from lab import files  # noqa: E402
+from lab.records import ERROR, PASS, did_as_expected, is_done  # noqa: E402
 
 MAX_OUT = 20000
 
 
 def _outcome(record):
-    if record.get("status") != "done":
+    """(JUnit kind: "pass", "failure" or "error"; its type; its message)."""
+    if not is_done(record):
         return "error", "unfinished", "only the \"started\" line: the cycle never finished"
-    verdict = record.get("verdict")
-    expected = record.get("expected_verdict", "pass")
-    if verdict == expected:  # a cycle made to fail on purpose that did
+    if did_as_expected(record):  # passed, or a cycle made to fail on purpose that did
         return "pass", None, None
-    if verdict == "pass":  # ... or one that should have failed and did not
+    verdict = record.get("verdict")
+    if verdict == PASS:  # ... or one that should have failed and did not
+        expected = record.get("expected_verdict")
         message = f"expected verdict {expected} (provoked on purpose), got pass"
         return "failure", f"expected-{expected}", message
     message = f"{verdict} in {record.get('phase') or 'unknown phase'}: {record.get('reason') or ''}".strip()
-    if verdict == "error":
+    if verdict == ERROR:
         return "error", "error", message
     return "failure", verdict or "unknown", message
 

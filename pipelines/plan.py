@@ -21,7 +21,7 @@ import re
 
 from lab import modes
 from lab.records import is_done
-from lab.virt import LabError
+from lab.errors import LabError
 
 DEFAULT_MODES = ("mem", "freeze", "disk")
 # Seconds per cycle before this run has measured any (TCG, q35+OVMF), and per

@@ -18,7 +18,7 @@ import pytest
 
 from lab import artifacts as artifacts_mod
 from lab import kernels
-from lab.virt import LabError
+from lab.errors import LabError
 from pipelines import baseline_compare
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import pytest
 from cli import main as cli
 from lab import modes, options
 from lab import request as request_mod
-from lab.virt import LabError
+from lab.errors import LabError
 from conftest import REPO
 from pipelines import bisect as bisect_mod
 from pipelines import commit as commit_mod

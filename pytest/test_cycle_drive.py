@@ -96,7 +96,7 @@ def test_a_wake_call_that_returns_after_the_report_began_keeps_the_timeline_in_o
     1,000 more with both host cores busy)."""
     import time
 
-    from lab.cycle import host_phases
+    from lab.judge import host_phases
     guest = Guest(tmp_path, 0.0)
     wake = guest.pm_wakeup
 
@@ -119,7 +119,7 @@ def test_a_request_send_that_returns_after_the_s2idle_marker_keeps_the_timeline_
     console reader on arrival) before the agent's send returned."""
     import time
 
-    from lab.cycle import host_phases
+    from lab.judge import host_phases
     guest = Guest(tmp_path, 0.0)
     send = guest.agent.send
 

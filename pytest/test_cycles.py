@@ -1,7 +1,7 @@
 """Real guests: one test item per sleep cycle, plus hang recovery.
 
 Every cycle boots nothing new unless the previous one left its guest
-unusable; the verdict comes from lab.cycle.judge, which demands proof of
+unusable; the verdict comes from lab.judge.judge, which demands proof of
 sleep (libvirt events, s2idle console marker + power button, boot id and
 tmpfs token across hibernation), not just a returning `echo mem`.
 """

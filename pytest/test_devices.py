@@ -9,7 +9,8 @@ import pytest
 
 from lab import devices, modes, virt
 from lab import records as record_format
-from lab.cycle import cycle_arguments, judge
+from lab.cycle import cycle_arguments
+from lab.judge import judge
 from recordings_util import records, report
 
 RECORDS = records()
@@ -165,7 +166,7 @@ def test_a_lean_report_has_no_probes():
 def test_recorded_device_guest_cycle_passes_with_every_device_probed():
     """A real zoo guest's S3 (pytest/recordings/record.py --zoo-only): judged
     again it passes, every device probed ok, the oracle finds nothing."""
-    from lab.cycle import judge_with_order
+    from lab.judge import judge_with_order
     record = RECORDS["zoo-mem"]
     result = judge_with_order(modes.parse_mode("mem"), report("zoo-mem"), 0, record_format.host_events(record),
                               record["evidence"], record["timeline"], record["token"], record["guest_boot_id"])
@@ -197,7 +198,7 @@ def test_a_real_drivers_failed_freeze_is_recovered_and_the_oracle_knows_why():
     the trace shows the failure; the pmtest log's judge is told of it, so
     recover is what it expects there, not thaw."""
     from lab.oracle import cycle_check
-    from lab.cycle import judge_with_order
+    from lab.judge import judge_with_order
     name = "zoo-disk-kfault-freeze"
     record = RECORDS[name]
     args = (record_format.host_events(record), record["evidence"], record["timeline"], record["token"],
@@ -220,10 +221,12 @@ def _trace_and_pmtest(name):
 def test_without_the_outside_failure_the_recover_is_flagged(monkeypatch):
     """The negative control of the test above: the pmtest log alone shows a
     freeze that went well, then ->recover."""
+    from lab.judge import parse_report
     from lab.oracle import cycle_check
     name = "zoo-disk-kfault-freeze"
     monkeypatch.setattr(cycle_check, "outside_failures", lambda trace_calls, pmtest_calls: [])
-    violations, _ = cycle_check.judge_cycle(report(name), RECORDS[name]["evidence"])
+    parsed = parse_report(report(name))
+    violations, _ = cycle_check.judge_cycle(parsed.sections, parsed.callbacks, RECORDS[name]["evidence"])
     assert violations and {v.rule for v in violations} == {"undo"}
 
 

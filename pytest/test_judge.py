@@ -1,4 +1,4 @@
-"""lab.cycle.judge on recorded real cycles: judging the recording again gives
+"""lab.judge.judge on recorded real cycles: judging the recording again gives
 the verdict the live run gave, and taking a piece of the proof away turns a
 pass into a fail (the judge can fail)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from lab import modes
 from lab import records as record_format
-from lab.cycle import judge
+from lab.judge import judge
 from hang_evidence import assert_hang_evidence
 from recordings_util import read, records, report
 
@@ -165,24 +165,24 @@ def test_a_judge_that_fails_leaves_an_error_record_that_keeps_the_report(tmp_pat
     """A bug in the judge must not lose the cycle: judge_reply turns it into
     an `error` record, and keep_evidence then keeps the guest's report even
     under --keep failures."""
-    from lab import cycle
+    from lab import judge as judging
     from lab.guest_agent import Reply
     record = RECORDS["mem"]
     mode = modes.parse_mode(record["mode"], record["wake"])
     reply = Reply(1, 0, report("mem"))
     args = (mode, reply, record["libvirt_events"], record["evidence"], record["timeline"],
             record["token"], record["guest_boot_id"])
-    assert cycle.judge_reply(*args)["verdict"] == "pass"
+    assert judging.judge_reply(*args)["verdict"] == "pass"
 
     def broken(*_):
         raise KeyError("suspend_stats")
-    monkeypatch.setattr(cycle, "judge_with_order", broken)
-    fields = cycle.judge_reply(*args)
+    monkeypatch.setattr(judging, "judge_with_order", broken)
+    fields = judging.judge_reply(*args)
     assert fields == {"verdict": "error", "phase": "lab",
                       "reason": "judging the cycle failed: KeyError: 'suspend_stats'"}
     rundir = record_format.RunDir(str(tmp_path), "run", keep="failures")
     kept = dict(cycle=7, **fields)
-    cycle.keep_evidence(rundir, kept, reply.output, record["evidence"])
+    judging.keep_evidence(rundir, kept, reply.output, record["evidence"])
     with gzip.open(os.path.join(rundir.path, kept["report"]), "rt") as text:
         assert text.read() == reply.output
 
@@ -215,3 +215,21 @@ def test_the_platforms_fail_stands_when_its_damage_killed_the_report():
     result = judge(mode, "=== before\nboot_id=x\n", 139, record["libvirt_events"], record["evidence"],
                    record["timeline"], record["token"], record["guest_boot_id"])
     assert (result["verdict"], result["phase"]) == ("fail", "platform")
+
+
+def test_a_judged_cycle_parses_its_report_once(monkeypatch):
+    """judge_with_order hands the judge's parse to the oracle: the report is
+    split into sections once, its trace parsed and its callbacks paired once."""
+    from lab import guest_report, judge as judging, trace
+    calls = {"sections": 0, "parse": 0, "paired_callbacks": 0}
+    for module, name in ((guest_report, "sections"), (trace, "parse"), (trace, "paired_callbacks")):
+        def counted(*args, _real=getattr(module, name), _name=name):
+            calls[_name] += 1
+            return _real(*args)
+        monkeypatch.setattr(module, name, counted)
+    record = RECORDS["mem"]
+    result = judging.judge_with_order(modes.parse_mode(record["mode"], record["wake"]), report("mem"), 0,
+                                      record_format.host_events(record), record["evidence"], record["timeline"],
+                                      record["token"], record["guest_boot_id"])
+    assert result["verdict"] == "pass" and result["ordering_checked"]["trace"] > 1000
+    assert calls == {"sections": 1, "parse": 1, "paired_callbacks": 1}

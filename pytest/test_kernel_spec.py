@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO
 from lab import kernels, options
-from lab.virt import LabError
+from lab.errors import LabError
 
 
 @pytest.fixture(autouse=True)

@@ -17,9 +17,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from lab.cycle import FRESH_BOOT  # noqa: E402
+from lab.judge import FRESH_BOOT  # noqa: E402
 from lab.records import RunDir  # noqa: E402
-from lab.virt import LabError  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 from pipelines.lava import jobs  # noqa: E402
 
 RECORDING = os.path.join(REPO, "pytest", "recordings", "lava-s3-s4-job.log.yaml.gz")

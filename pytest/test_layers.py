@@ -4,12 +4,20 @@ Every .py under lab/, dashboards/ and pipelines/ is parsed (ast, imports
 inside functions included): nothing in lab/ imports dashboards or pipelines,
 nothing in dashboards/ imports pipelines. And only lab/records.py names
 cycles.jsonl in code: one module reads and writes it.
+
+Checking input, planning a run and judging a recorded one need no libvirt:
+those modules are imported, and `./pmlab judge` is run, in a Python where
+`import libvirt` fails.
 """
 
 import ast
 import os
+import subprocess
+import sys
 
 import pytest
+
+from recorded_run import make_run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ("lab", "dashboards", "pipelines")  # each may import only those before it
@@ -76,3 +84,38 @@ def test_only_lab_records_names_the_cycles_file():
                     if any(s.endswith("cycles.jsonl") and " " not in s  # a path, not prose (help texts)
                            for s in code_strings(open(path).read())))
     assert naming == ["lab/records.py"]
+
+
+# Run before anything else in the child: `import libvirt` then raises ModuleNotFoundError.
+NO_LIBVIRT = "import sys; sys.modules['libvirt'] = None\n"
+ORACLE = sorted("lab.oracle." + name[:-3] for name in os.listdir(os.path.join(REPO, "lab", "oracle"))
+                if name.endswith(".py") and name != "__init__.py")
+LIBVIRT_FREE = ["lab.errors", "lab.judge", "lab.rejudge", "lab.oracle", *ORACLE, "lab.modes", "lab.options",
+                "lab.records", "pipelines.plan"]
+
+
+def without_libvirt(code, *argv):
+    return subprocess.run([sys.executable, "-c", NO_LIBVIRT + code, *map(str, argv)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_child_python_cannot_import_libvirt():
+    done = without_libvirt("import lab.virt")
+    assert done.returncode != 0 and "import of libvirt halted" in done.stderr
+
+
+@pytest.mark.parametrize("module", LIBVIRT_FREE)
+def test_imports_without_libvirt(module):
+    done = without_libvirt(f"import {module}")
+    assert done.returncode == 0, done.stderr
+
+
+def test_pmlab_judge_runs_without_libvirt(tmp_path):
+    run = make_run_dir(tmp_path / "run-recorded")
+    judge = "import runpy; sys.argv[0] = 'pmlab'; runpy.run_module('cli.main', run_name='__main__')"
+    offline = without_libvirt(judge, "judge", run)
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    live = subprocess.run([sys.executable, "-m", "cli.main", "judge", str(run)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert offline.stdout == live.stdout
+    assert ": PASS -> PASS" in offline.stdout and "0 changed" in offline.stdout

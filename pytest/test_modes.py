@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from lab import modes
-from lab.virt import LabError
+from lab.errors import LabError
 from conftest import REPO
 
 

@@ -192,11 +192,13 @@ def test_trace_of_a_failed_syscore_suspend_is_judged_with_the_failure():
     import gzip
     import os
     from lab import guest_report
+    from lab.judge import parse_report
     from lab.oracle import cycle_check
     path = os.path.join(os.path.dirname(__file__), "recordings", "report-disk-syscore-fail.txt.gz")
     with gzip.open(path, "rt") as source:
         text = source.read()
-    violations, counts = cycle_check.judge_cycle(text, [])
+    parsed = parse_report(text)
+    violations, counts = cycle_check.judge_cycle(parsed.sections, parsed.callbacks, [])
     assert violations == [] and counts["trace"] > 1000 and counts["pmtest_log"] > 100
     sections = guest_report.sections(text)
     trace_calls, parents = oracle.from_trace(sections["trace"])

@@ -50,6 +50,7 @@ if __name__ == "__main__":
 from lab import console, guest_report, pmtest_log, trace  # noqa: E402
 from lab.guest_agent import Reply, ReplyParser  # noqa: E402
 from lab.oracle import observe  # noqa: E402
+from lab.judge import parse_report  # noqa: E402
 from lab.oracle.cycle_check import as_record, judge_cycle  # noqa: E402
 from lab.records import read_cycles, summarize  # noqa: E402
 from dashboards import compute, inputs  # noqa: E402
@@ -208,7 +209,8 @@ def check_trace(text):
             assert call["us"] is None or isinstance(call["us"], float)
             assert call["err"] is None or isinstance(call["err"], int)
             assert isinstance(trace.phase_of(call["cb"]), str)
-    failed, unfinished = trace.failed_callbacks(sequences), trace.unfinished_callbacks(sequences)
+    failed = trace.failed_callbacks(sequences)
+    unfinished = [(device, call["cb"]) for device, calls in sequences.items() for call in calls if call["us"] is None]
     assert all(isinstance(err, int) for _, _, err in failed)
     return {"events": [dataclasses.astuple(e) for e in events], "timing": timing, "phases": phases,
             "callbacks": sequences, "failed": failed, "unfinished": unfinished,
@@ -270,7 +272,7 @@ def check_report(text):
 def check_console(text):
     lines = console.lines(text)
     assert all(isinstance(line, str) and "\n" not in line for line in lines)
-    out = {"lines": len(lines), "problems": console.problems(lines), "panicked": console.panicked(lines)}
+    out = {"lines": len(lines), "problems": console.problems(lines), "panicked": any(console.PANIC.search(line) for line in lines)}
     assert isinstance(out["panicked"], bool) and set(out["problems"]) <= set(lines)
     cycles = {}
     for number in (1, 2, 3, 9, 100, 200, 9001):
@@ -289,7 +291,8 @@ def check_console(text):
 
 
 def check_judge(report_text, console_lines):
-    violations, counts = judge_cycle(report_text, console_lines)
+    parsed = parse_report(report_text)
+    violations, counts = judge_cycle(parsed.sections, parsed.callbacks, console_lines)
     assert set(counts) == {"pmtest_log", "trace", "console"} and all(isinstance(v, int) for v in counts.values())
     record = as_record(violations, counts)
     json.dumps(record)

@@ -191,6 +191,16 @@ def test_junit_cycles_failed_on_purpose():
     assert cases[1].find("failure").get("type") == "expected-fail"
 
 
+def test_junit_passes_exactly_the_cycles_that_did_as_expected():
+    from lab.records import did_as_expected
+    records = [rec(1), rec(2, verdict="fail"), rec(3, verdict="hang", expected_verdict="hang"),
+               rec(4, expected_verdict="fail"), rec(5, status="started"), rec(6, verdict="bogus"),
+               rec(7, verdict="bogus", expected_verdict="error"), rec(8, expected_verdict=None)]
+    cases = junit.build(records, "r1").getroot().findall("./testsuite/testcase")
+    assert [len(case) == 0 for case in cases] == [did_as_expected(r) for r in records]
+    assert [len(case) == 0 for case in cases] == [True, False, True, False, False, False, True, True]
+
+
 def test_junit_from_recorded_cycles(tmp_path):
     records = read_cycles(RECORDINGS)
     assert records, "pytest/recordings/cycles.jsonl is empty"

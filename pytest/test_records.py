@@ -4,9 +4,10 @@ import json
 import multiprocessing
 import os
 
-from lab.records import (RunDir, append_records, close_interrupted, failed_callbacks,
-                         nearest_rank, pass_rate, read_cycles, state_of,
-                         summarize, verdict_counts, wilson, write_cycles)
+from lab.records import (DONE, ERROR, RECORD_VERSION, STARTED, RunDir, append_records, close_interrupted,
+                         failed_callbacks, mark_done, nearest_rank, new_record, pass_rate,
+                         read_cycles, state_of, summarize, verdict_counts,
+                         wilson, write_cycles)
 
 
 def record(cycle, status="done", verdict="pass", mode="mem", seconds=1.0):
@@ -163,6 +164,19 @@ def test_interrupted_closes_as_error_and_pass_rate_ignores_errors():
     assert (rate["judged"], rate["rate"]) == (1, 1.0)
 
 
+def test_every_record_built_carries_its_version_and_identity_first():
+    from lab.modes import parse_mode
+    started = new_record("r1", 7, parse_mode("disk", "reboot"), guest="w0", knobs=[])
+    assert list(started) == ["record_version", "run_id", "cycle", "status", "mode", "wake", "pm_test", "guest",
+                             "knobs"]
+    assert (started["record_version"], started["status"], started["wake"]) == (RECORD_VERSION, STARTED, "reboot")
+    done = new_record("r1", 8, parse_mode("mem"), DONE, verdict=ERROR, phase="boot")
+    assert (done["record_version"], state_of(done)) == (RECORD_VERSION, ERROR)
+    closed = close_interrupted(started)
+    assert (closed["record_version"], closed["status"], started["status"]) == (RECORD_VERSION, DONE, STARTED)
+    assert mark_done(started, host_end="t") is started and list(started)[-1] == "host_end"
+
+
 def test_injected_cycles_are_counted_but_not_judged():
     hang = dict(record(2, verdict="hang"), expected_verdict="hang")
     rate = pass_rate([record(1), hang, record(3, verdict="fail")])
@@ -194,10 +208,10 @@ def fresh_process():
 
 
 def recorded_cycle(name, keep, tmp_path):
-    """A recorded cycle judged and recorded again as lab/cycle.py run_cycle
+    """A recorded cycle judged and recorded again as lab/cycle.py DrivenCycle.finish
     does it (judge_with_order, keep_evidence, RunDir.append)."""
     from lab import modes
-    from lab.cycle import judge_with_order, keep_evidence
+    from lab.judge import judge_with_order, keep_evidence
     from recordings_util import records, report
 
     recorded = records()[name]

@@ -63,10 +63,10 @@ def test_judge_changes_verdicts_when_a_rule_changes(run_dir, monkeypatch, capsys
 
 
 def test_judge_changes_a_verdict_when_the_proof_rule_changes(run_dir, monkeypatch):
-    # lab/cycle.py's proof rules are judged again too: pm_test-core must now
+    # lab/judge.py's proof rules are judged again too: pm_test-core must now
     # reach a phase its recording never reached.
-    from lab import cycle
-    monkeypatch.setitem(cycle.PM_TEST_REACH, "core", ("machine_suspend", "thaw_processes"))
+    from lab import judge
+    monkeypatch.setitem(judge.PM_TEST_REACH, "core", ("machine_suspend", "thaw_processes"))
     changed = [item for item in rejudge.rejudge_run(str(run_dir)) if item.changed]
     assert [(item.mode, item.new) for item in changed] == [("pm_test-core/none", ("fail", "sleep"))]
 

@@ -87,7 +87,7 @@ def test_without_a_log_the_button_source_decides():
 
 
 def _recorded(name):
-    """lab/s2idle.py's evidence from a recorded report, as lab.cycle.judge takes it."""
+    """lab/s2idle.py's evidence from a recorded report, as lab.judge.judge takes it."""
     import gzip
     import os
 

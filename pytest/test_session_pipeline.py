@@ -36,7 +36,7 @@ class Connection:
 
 
 class RunDir:
-    run_id = "pipeline"
+    run_id = name = "pipeline"
 
 
 class Driven:

@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from lab import guest_report, modes, trace, trace_raw
-from lab.cycle import judge
+from lab.judge import judge
 from recordings_util import read, read_bytes, records, report
 
 PAGES = read_bytes("trace-raw-mem.bin.gz")

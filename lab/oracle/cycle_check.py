@@ -9,11 +9,9 @@
 
 import dataclasses
 
-from lab import guest_report
-
 from . import rules
 from .judge import judge
-from .observe import (bound_drivers, device_name, from_pmtest, from_trace, loaded_drivers, pmtest_parents,
+from .observe import (bound_drivers, device_name, from_callbacks, from_pmtest, loaded_drivers, pmtest_parents,
                       split_kernels, tree_from_trace)
 
 
@@ -59,12 +57,14 @@ def with_failures(calls, failures):
     return calls
 
 
-def judge_cycle(report_text, console_lines):
-    """(violations, counts): counts says how many calls each source gave, so
-    a record shows the oracle had something to judge."""
-    sections = guest_report.sections(report_text) if report_text else {}
+def judge_cycle(sections, trace_callbacks, console_lines):
+    """(violations, counts) of a cycle from its guest report, parsed once by
+    the caller (lab.judge): the report's sections (lab.guest_report.sections;
+    {} without a report) and its trace's callbacks (lab.trace.paired_callbacks),
+    and the cycle's console lines. counts says how many calls each source
+    gave, so a record shows the oracle had something to judge."""
     violations, counts = [], {}
-    trace_calls, parents = from_trace(sections.get("trace", ""))
+    trace_calls, parents = from_callbacks(trace_callbacks)
     # The pmtest tree as the kernel reported it; the boot kernel of a
     # restore loaded the module with the same parameters as the image kernel.
     tree = tree_from_trace(parents)

@@ -36,7 +36,7 @@ PMTEST_OTHER_NAMES = ((re.compile(r"^PMTS0001:[0-9a-f]{2}$"), "pmtest_acpi"),
                       (re.compile(r"^PMTS000[24]:[0-9a-f]{2}$"), "pmtest_acpi_smart"),
                       (re.compile(r"^PMTS0003:[0-9a-f]{2}$"), "pmtest_acpi_smart_skip"))
 
-# dpm_* phase marker -> (side, level) of the callbacks run inside it
+# dpm_* phase marker (lab.trace.DPM_PHASES) -> (side, level) of the callbacks run inside it
 PHASES = {
     "dpm_prepare": ("prepare", 0), "dpm_suspend": ("suspend", 1),
     "dpm_suspend_late": ("suspend", 2), "dpm_suspend_noirq": ("suspend", 3),
@@ -143,51 +143,45 @@ def device_name(device):
 
 
 def from_trace(text):
-    """(calls, parents) from trace text: every device's callbacks, named as
-    the PM core dispatched them, with the parent the trace event reports."""
-    calls, parents, pairs = [], {}, trace_mod.CallPairs()
-    side = level = None
-    for event in trace_mod.parse(text):
-        if event.name == "suspend_resume":
-            match = trace_mod.SUSPEND_RESUME.match(event.body)
-            if match and match["action"] in PHASES:
-                if match["edge"] == "begin":
-                    side, level = PHASES[match["action"]]
-                else:
-                    side = level = None
-        elif event.name == "device_pm_callback_start" and side:
-            match = trace_mod.CALLBACK_START.match(event.body)
-            if not match:
-                continue
-            verb = match["verb"]
-            if side == "prepare" and verb in rules.RESUME_EVENTS:
-                # dpm_prepare undoing a ->prepare (a child appeared during it)
-                callback = "complete"
-            elif side in ("prepare", "complete"):
-                callback = side
-            elif verb in rules.CALLBACKS:
-                callback = rules.CALLBACKS[verb][level - 1]
-            else:
-                continue
-            # Names are not unique (an ACPI companion shares its device's
-            # name), so a device is its name and its driver/bus string.
-            device = trace_mod.device_id(match["driver"], match["device"], match["parent"])
-            if match["parent"] != "none":
-                parents[device] = match["parent"]
-            driver = match["driver"].strip()
-            call = Call(len(calls), device, callback, verb, 0, "trace",
-                        driver if driver in rules.EVERY_LEVEL_IN_TRACE else None,
-                        f"{event.ts:.6f} {match['driver']} {match['device']} {callback} [{verb}]")
-            if side == "prepare" and callback == "complete":
-                call.tags.add("retry")
-            calls.append(call)
-            pairs.started(match["driver"], match["device"], call)
-        elif event.name == "device_pm_callback_end":
-            match = trace_mod.CALLBACK_END.match(event.body)
-            call = match and pairs.ended(match["driver"], match["device"])
-            if call:
-                call.ret = int(match["err"])
-                call.text += f" err={call.ret}"
+    """from_callbacks() of a trace's text."""
+    return from_callbacks(trace_mod.paired_callbacks(trace_mod.parse(text)))
+
+
+def from_callbacks(paired):
+    """(calls, parents) from the trace's paired callbacks
+    (lab.trace.paired_callbacks): every device's callbacks inside the PM
+    core's phases, named as the PM core dispatched them, with the parent the
+    trace event reports."""
+    calls, parents = [], {}
+    for traced in paired:
+        if traced.phase is None:
+            continue
+        side, level = PHASES[traced.phase]
+        verb = traced.verb
+        if side == "prepare" and verb in rules.RESUME_EVENTS:
+            # dpm_prepare undoing a ->prepare (a child appeared during it)
+            callback = "complete"
+        elif side in ("prepare", "complete"):
+            callback = side
+        elif verb in rules.CALLBACKS:
+            callback = rules.CALLBACKS[verb][level - 1]
+        else:
+            continue
+        # Names are not unique (an ACPI companion shares its device's
+        # name), so a device is its name and its driver/bus string.
+        device = traced.device
+        if traced.parent != "none":
+            parents[device] = traced.parent
+        driver = traced.driver.strip()
+        call = Call(len(calls), device, callback, verb, 0, "trace",
+                    driver if driver in rules.EVERY_LEVEL_IN_TRACE else None,
+                    f"{traced.ts:.6f} {traced.driver} {traced.name} {callback} [{verb}]")
+        if side == "prepare" and callback == "complete":
+            call.tags.add("retry")
+        if traced.err is not None:
+            call.ret = traced.err
+            call.text += f" err={call.ret}"
+        calls.append(call)
     return calls, parents
 
 

@@ -61,11 +61,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from lab import console, guest_report, modes  # noqa: E402
-from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
+from lab.cycle import cycle_arguments  # noqa: E402
+from lab.judge import FRESH_BOOT, judge_with_order  # noqa: E402
 from lab.guest import BASE_CMDLINE  # noqa: E402
-from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
+from lab.records import DONE, ERROR, EVENTS_FIELD, RunDir, new_record, new_run_id, report_path  # noqa: E402
 from lab import virt  # noqa: E402
-from lab.virt import LabError  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -369,10 +370,8 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
     records, lost = [], []
     device = job.get("device")
     for number, mode, knobs in plan:
-        record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": number, "status": "done",
-                  "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
-                  "lava_job": job_id, "guest": device, "worker": job.get("worker"),
-                  "knobs": [list(k) for k in knobs]}
+        record = new_record(run_id, number, mode, DONE, engine="lava", lava_job=job_id, guest=device,
+                            worker=job.get("worker"), knobs=[list(k) for k in knobs])
         if profile:  # as lab.session's records
             record.update(profile=profile,
                           firmware_errata=virt.errata_cmdline(profile) if firmware_errata else "")
@@ -405,7 +404,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
             # It started and its report is gone (worker or QEMU killed, job
             # canceled, a frame the console broke): an error of the lab, kept.
             why = frame["problem"] if frame else "the cycle began but the job ended before its report"
-            record.update(verdict="error", phase="lava",
+            record.update(verdict=ERROR, phase="lava",
                           reason=f"LAVA job {job_id} ({job.get('state')}, {job.get('health')}): {why}",
                           guest_usable=False)
             records.append(record)
@@ -499,11 +498,10 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         if pending and attempt <= retries:
             log(f"lava: resubmitting {len(pending)} lost cycle(s): {', '.join(str(n) for n, _, _ in pending)}")
     for number, mode, knobs in pending:  # never started in `retries` resubmissions
-        record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": number, "status": "done",
-                  "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test, "engine": "lava",
-                  "knobs": [list(k) for k in knobs], "verdict": "error", "phase": "lava",
-                  "lava_job": lost_in.get(number),
-                  "reason": f"never started: LAVA job {lost_in.get(number)} ended before it, {retries} resubmission(s)"}
+        record = new_record(run_id, number, mode, DONE, engine="lava", knobs=[list(k) for k in knobs],
+                            verdict=ERROR, phase="lava", lava_job=lost_in.get(number),
+                            reason=f"never started: LAVA job {lost_in.get(number)} ended before it, "
+                                   f"{retries} resubmission(s)")
         rundir.append(record)
         final[number] = record
     return [final[number] for number, _, _ in plan]

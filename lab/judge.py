@@ -1,0 +1,265 @@
+"""The verdict of one finished cycle from what was observed: pure, no
+libvirt and no guest, so `./pmlab judge` (lab/rejudge.py) can judge a
+recorded run again offline with the function that judged it live
+(lab/cycle.py, the drive, calls judge_reply).
+
+What proves each mode slept is described in lab/cycle.py's docstring and
+checked here (_proof); callback order is lab/oracle's.
+"""
+
+from dataclasses import dataclass
+
+from lab import console, devices, guest_report, pmtest_log, records, s2idle, trace
+from lab.oracle.cycle_check import as_record as ordering_record
+from lab.oracle.cycle_check import judge_cycle
+from lab.records import ERROR, FAIL, PASS, report_path
+
+# guest/init prints this when the swap disk held no image: the boot was fresh,
+# not a restore (its earlier lines also appear in the boot kernel of a restore).
+FRESH_BOOT = "pmlab-init: no hibernation image"
+
+# Deepest phase marker each pm_test level reaches, and the first it must not.
+PM_TEST_REACH = {
+    "freezer": ("freeze_processes", "dpm_prepare"),
+    "devices": ("dpm_suspend", "dpm_suspend_late"),
+    "platform": ("dpm_suspend_noirq", "machine_suspend"),
+    "processors": ("dpm_suspend_noirq", "machine_suspend"),
+    "core": ("dpm_suspend_noirq", "machine_suspend"),
+}
+
+
+@dataclass
+class ParsedReport:
+    """A guest report parsed once, for the judge and the oracle: its
+    sections, its trace's events and their paired device callbacks."""
+    sections: dict
+    events: list
+    callbacks: list
+
+
+def parse_report(text):
+    """ParsedReport of a report's text (None or "": no sections, no events)."""
+    sections = guest_report.sections(text) if text else {}
+    events = trace.parse(sections.get("trace", ""))
+    return ParsedReport(sections, events, trace.paired_callbacks(events))
+
+
+def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None):
+    """The verdict fields of a finished cycle from what was observed: the
+    guest's report text and exit status (report None: the guest booted afresh
+    instead of resuming), the libvirt events [(time, kind, detail)], the
+    cycle's console lines, the host timeline [[step, time]], the tmpfs token
+    sent and the guest's boot id before the cycle; `parsed`: the report's
+    parse_report(), when the caller has it. Pure: recorded cycles can be
+    judged again (pytest/test_judge.py)."""
+    counts = {}
+    for _, kind, _ in events:
+        counts[kind] = counts.get(kind, 0) + 1
+    result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
+    changed = console.firmware_ram_changes(evidence)
+    if changed:  # the platform's failure, whatever followed from it (a crash, a lost report)
+        result.update(verdict=FAIL, phase="platform", firmware_ram_changes=changed,
+                      reason="the platform firmware changed RAM the OS owns across the S3 resume "
+                             f"(pmtest_ramguard): {'; '.join(changed[:3])}")
+        return result
+    if report is None:  # disk: booted afresh, the image was not resumed
+        result.update(verdict=FAIL, phase="restore",
+                      reason="the guest booted afresh instead of resuming from the hibernation image")
+        return result
+    parsed = parsed or parse_report(report)
+    parts = parsed.sections
+    if "trace_raw_error" in parts:
+        result.update(verdict=ERROR, phase="lab",
+                      reason=f"the guest's trace pages could not be decoded: {parts['trace_raw_error'].splitlines()[0]}")
+        return result
+    if status != 0 or "end" not in parts:
+        result.update(verdict=ERROR, phase="lab",
+                      reason=f"pmlab-cycle exited with {status}: {report.strip()[-300:]}")
+        return result
+    before, enter, after = (guest_report.key_values(parts.get(n)) for n in ("before", "enter", "after"))
+    sysfs_before, sysfs_after = guest_report.snapshot(parts, "before"), guest_report.snapshot(parts, "after")
+    stats_before = guest_report.suspend_stats(sysfs_before)
+    stats_after = guest_report.suspend_stats(sysfs_after)
+    events_trace = parsed.events
+    sequences = trace.per_device(parsed.callbacks)
+    pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
+    result.update(trace.timing(events_trace))
+    result["suspend_stats_delta"] = guest_report.stats_delta(stats_before, stats_after)
+    result["wakeup_sources_delta"] = guest_report.wakeup_delta(
+        guest_report.wakeup_sources(sysfs_before), guest_report.wakeup_sources(sysfs_after))
+    result["phases"] = trace.phases_reached(events_trace)
+    result["phase_ms"] = trace.phase_ms(events_trace)  # per PM phase, for the dashboard's kernels
+    # Per device ("name (driver)", trace.device_id), in order: callback,
+    # microseconds, error, stored compactly (lab.records.compact_fields; read
+    # back with lab.records.callbacks); the report keeps the full trace.
+    result.update(records.compact_fields(sequences, pmtest_log.by_device(pmtest_entries)))
+    result["trace_events"] = len(events_trace)
+
+    failed = trace.failed_callbacks(sequences)
+    if failed:  # as fields, for the buckets; the reason says it in words
+        result["failed_callbacks"] = [{"device": device, "cb": cb, "err": err} for device, cb, err in failed]
+    broken, afterwards = [], ""
+    if "probes" in parts:  # a device guest: does every device still work?
+        result["probes"] = devices.parse_probes(parts["probes"])
+        broken = devices.broken(result["probes"])
+    if broken:  # named in whatever verdict the cycle gets
+        result["broken_devices"] = [device for device, _, _ in broken]
+        afterwards = f"; devices not working afterwards: {_broken(broken)}"
+    entered = int(enter.get("status", "1"))
+    result["enter_status"] = entered
+    pressed = "powerbutton-sent" in dict(timeline)  # that the lab pressed; never when (host clock)
+    if mode.kind == "freeze":
+        result["s2idle"] = s2idle.evidence(parts.get("dmesg"), result["s2idle_loops"],
+                                           result["wakeup_sources_delta"])
+        early = pressed and s2idle.pressed_before_idle(result["s2idle"], entered != 0)
+        if early:
+            result.update(verdict=ERROR, phase="lab", reason=early)
+            return result
+    if entered != 0:
+        phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
+        if not phase and failed:
+            phase = trace.phase_of(failed[0][1])
+        result.update(verdict=FAIL, phase=phase or result.get("last_phase") or "suspend",
+                      reason=f"writing '{mode.state}' to /sys/power/state failed: "
+                             f"{enter.get('error') or 'status ' + str(entered)}"
+                             + (f"; failed callbacks: {_described(failed)}" if failed else "") + afterwards)
+        return result
+
+    missing = _proof(mode, dict(timeline), token, boot_id, counts, before, after, result)
+    if missing:
+        result.update(verdict=FAIL, phase="sleep", reason="no proof of sleep: " + "; ".join(missing) + afterwards)
+    elif failed:
+        result.update(verdict=FAIL, phase=trace.phase_of(failed[0][1]),
+                      reason=f"callbacks returned errors: {_described(failed)}{afterwards}")
+    elif broken:
+        result.update(verdict=FAIL, phase=devices.PHASE,
+                      reason=f"devices not working after the resume: {_broken(broken)}")
+    elif result["problems"]:
+        result.update(verdict=FAIL, phase=result.get("last_phase") or "resume",
+                      reason=f"kernel reported problems: {result['problems'][:5]}")
+    else:
+        result.update(verdict=PASS, phase=None, reason=None)
+    return result
+
+
+def _broken(broken):
+    """Devices whose probe failed, in words: "nvme-disk (disk): no block device; ..."."""
+    return "; ".join(f"{device} ({probe}): {error}" for device, probe, error in broken)
+
+
+def _described(failed):
+    """Failed callbacks in words: "PNP0A06:01 (acpi) [suspend] -5, ..."."""
+    return ", ".join(f"{device} {cb} {err}" for device, cb, err in failed)
+
+
+def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id):
+    """judge(), then the callback order against the seed's rules (lab/oracle):
+    a cycle that slept and woke with callbacks out of order did not pass.
+    The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
+    through judge_reply); `./pmlab judge` (lab/rejudge.py) calls this again
+    on a recorded run."""
+    parsed = parse_report(report)
+    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed)
+    violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
+    result.update(ordering_record(violations, checked))
+    if violations and result["verdict"] == PASS:
+        result.update(verdict=FAIL, phase="ordering", reason=str(violations[0]))
+    return result
+
+
+def judge_reply(mode, reply, events, evidence, timeline, token, boot_id):
+    """judge_with_order on the guest's reply (None: booted afresh). Should
+    the judge itself fail (a bug of ours, e.g. on a report it cannot read),
+    the cycle is an `error` naming the exception, so it is still recorded
+    and, not having passed, keeps its report (keep_evidence)."""
+    try:
+        return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
+                                events, evidence, timeline, token, boot_id)
+    except Exception as error:
+        return {"verdict": ERROR, "phase": "lab",
+                "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}
+
+
+def _proof(mode, steps, token, boot_id, counts, before, after, result):
+    """Fill result["proof"]; return the list of what is missing."""
+    proof = result["proof"]
+    missing = []
+    phases = result["phases"]
+    success = result["suspend_stats_delta"].get("success", 0)
+    if mode.kind == "mem":
+        proof.update(pmsuspend=counts.get("pmsuspend", 0), pmwakeup=counts.get("pmwakeup", 0),
+                     machine_suspend=result["suspend_ms"] is not None and result["resume_ms"] is not None,
+                     suspend_stats_success=success)
+        if proof["pmsuspend"] != 1 or proof["pmwakeup"] != 1:
+            missing.append(f"expected 1 PMSuspended and 1 PMWakeup event, got "
+                           f"{proof['pmsuspend']} and {proof['pmwakeup']}")
+    elif mode.kind == "freeze":
+        # Whether the guest idled and what woke it, from the guest's trace and
+        # log (lab/s2idle.py); the host's notes only say that it pressed.
+        found = result["s2idle"]
+        proof.update(s2idle_entered="s2idle-entered" in steps,
+                     button_pressed="powerbutton-sent" in steps,
+                     idled=found["idle_entries"] > 0,
+                     woke_by_button=s2idle.woke_by_button(found),
+                     machine_suspend=result["suspend_ms"] is not None and result["resume_ms"] is not None,
+                     suspend_stats_success=success, pmsuspend=counts.get("pmsuspend", 0))
+        if not (proof["s2idle_entered"] and proof["button_pressed"]):
+            missing.append("the guest did not stay in s2idle until the power button was pressed")
+        elif not proof["woke_by_button"]:
+            missing.append(f"the guest left s2idle before the power button woke it ({found['wake'] or 'no wake reason logged'})")
+    elif mode.kind == "disk":
+        proof.update(boot_id_kept=before.get("boot_id") == after.get("boot_id") == boot_id,
+                     token_kept=after.get("token") == token,
+                     stopped=counts.get("stopped", 0), pmsuspend_disk=counts.get("pmsuspend-disk", 0),
+                     reboot=counts.get("reboot", 0))
+        if mode.wake == "platform" and proof["stopped"] != 1:
+            missing.append(f"expected the domain to stop once (S4), it stopped {proof['stopped']} times")
+        if mode.wake == "reboot" and proof["reboot"] < 1:
+            missing.append("no Reboot event")
+        if not proof["boot_id_kept"]:
+            missing.append(f"boot id changed ({before.get('boot_id')} -> {after.get('boot_id')})")
+        if not proof["token_kept"]:
+            missing.append("the tmpfs token did not survive")
+    elif mode.kind == "pm_test":
+        reach, beyond = PM_TEST_REACH[mode.pm_test]
+        proof.update(reached=reach in phases, went_beyond=beyond in phases,
+                     pmsuspend=counts.get("pmsuspend", 0), suspend_stats_success=success)
+        if not proof["reached"] or proof["went_beyond"]:
+            missing.append(f"pm_test={mode.pm_test} should reach {reach} and not {beyond}; phases: {phases}")
+        if proof["pmsuspend"]:
+            missing.append("a pm_test cycle suspended the machine")
+    if mode.kind in ("mem", "freeze"):
+        if not proof["machine_suspend"]:
+            missing.append("no machine_suspend begin/end in the trace")
+    if mode.kind in ("mem", "freeze", "pm_test") and success != 1:
+        missing.append(f"suspend_stats success went up by {success}, not 1")
+    return missing
+
+
+def keep_evidence(rundir, record, report, evidence):
+    """Put a finished cycle's evidence in its record by the run's keep policy
+    (RunDir.keep, --keep): "full" keeps every cycle's guest report (the whole
+    trace buffer and pmtest log, reports/cycleN.txt.gz) and console lines;
+    "failures" keeps them only for a cycle that did not pass. A passing cycle
+    then keeps its console's problem and ordering lines (console.notable)
+    and their count; the run's console/<guest>.log still has every line."""
+    keep_all = rundir.keep == "full" or record.get("verdict") != PASS
+    if report is not None and keep_all:
+        record["report"] = rundir.write_file(report_path(record["cycle"]), report, compress=True)
+    if keep_all:
+        record["evidence"] = evidence
+    else:
+        record["evidence"] = console.notable(evidence)
+        record["evidence_lines"] = len(evidence)
+
+
+def host_phases(started, timeline):
+    """Seconds between consecutive host steps, e.g. {"sent-pmsuspend": 0.29}:
+    where a cycle's wall time goes ("start" is the record's host_start,
+    "ended" the wait's end, "judged" the verdict, oracle included)."""
+    phases, previous, last = {}, "start", started
+    for step, when in timeline:
+        key = f"{previous}-{step}"
+        phases[key] = round(phases.get(key, 0) + when - last, 3)
+        previous, last = step, when
+    return phases
