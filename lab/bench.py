@@ -51,7 +51,7 @@ import time
 
 from lab import artifacts as artifacts_mod
 from lab import files
-from lab import devices, modes, options, request, virt
+from lab import devices, modes, options, records, request, virt
 from lab.guest import BASE_CMDLINE
 from lab.qmp import QMP
 from lab.records import RunDir, new_run_id
@@ -207,7 +207,7 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
         first, number = number + 1, number + count
         started = time.time()
         if pipelined:
-            done = list(session.cycles((mem, n, (), "pass") for n in range(first, number + 1)))
+            done = list(session.cycles((mem, n, (), records.PASS) for n in range(first, number + 1)))
         else:
             done = [session.cycle(mem, n) for n in range(first, number + 1)]
         seconds = (time.time() - started) / count
@@ -236,7 +236,7 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
         for raw in raws:
             raw.close(keep=bool(sys.exc_info()[0]))
     rundir.write_summary({"benchmark": True})
-    if verdicts.count("pass") != len(verdicts):
+    if verdicts.count(records.PASS) != len(verdicts):
         raise RuntimeError(f"harness cycles did not all pass: {verdicts}; see {rundir.path}")
     return times, rundir
 

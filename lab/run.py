@@ -22,7 +22,7 @@ from lab import manifest as manifest_mod
 from lab import options
 from lab import request as request_mod
 from lab.errors import LabError
-from lab.records import ResultsWriteError, RunDir, new_run_id, not_as_expected
+from lab.records import ERROR, PASS, ResultsWriteError, RunDir, new_run_id, not_as_expected
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,7 +90,7 @@ class LibvirtEngine:
                                firmware_errata=guest.firmware_errata, device_set=guest.devices,
                                guest_stem=f"pmlab-{rundir.name}-w0" + (f"-c{first}" if first > 1 else ""))
         self.rss_start = rss_kib()
-        return self.session.cycles(((cycle.mode, cycle.number, cycle.knobs, "pass") for cycle in request.cycles),
+        return self.session.cycles(((cycle.mode, cycle.number, cycle.knobs, PASS) for cycle in request.cycles),
                                    reruns=request.lab_reruns)
 
     def close(self):
@@ -151,7 +151,7 @@ def describe(record):
         text += f" (guest suspend {record.get('suspend_ms')} ms, resume {record.get('resume_ms')} ms)"
     elif record.get("total_ms") is not None:
         text += f" (guest {record['total_ms']} ms)"
-    if record["verdict"] != "pass":
+    if record["verdict"] != PASS:
         text += f" phase={record.get('phase')}: {record.get('reason')}"
     if record.get("rerun_of") is not None:
         text += f" [rerun {record.get('rerun_attempt')} of cycle {record['rerun_of']}]"
@@ -234,10 +234,10 @@ def print_summary(summary, seen):
     if rss:
         print(f"  harness RSS {rss['start']} KiB at start, {rss['end']} KiB at the end; "
               f"{summary.get('libvirt_reconnects', 0)} libvirt reconnect(s)")
-    if summary["counts"]["error"]:
+    if summary["counts"][ERROR]:
         print(f"  lab errors: {summary['counts']['error']} (the lab's, not the kernel's; "
               f"{summary['reruns']} rerun(s)): " + "; ".join(
-                  f"cycle {r['cycle']}: {r['reason']}" for r in seen if r.get("verdict") == "error"))
+                  f"cycle {r['cycle']}: {r['reason']}" for r in seen if r.get("verdict") == ERROR))
 
 
 def main(argv=None):

@@ -37,7 +37,7 @@ def local_buckets(record):
     if record.get("status") != "done":
         return ["unfinished"]
     verdict = record.get("verdict")
-    if verdict == "pass":
+    if verdict == records_module.PASS:
         return []
     return [f"{verdict}-in-{_phase_token(record.get('phase'))}"]
 
@@ -57,7 +57,7 @@ passed = records_module.did_as_expected
 
 def provoked(record):
     """A cycle that failed on purpose, as expected: no failure bucket."""
-    return passed(record) and record.get("expected_verdict", "pass") != "pass"
+    return passed(record) and record.get("expected_verdict", records_module.PASS) != records_module.PASS
 
 
 def mode_rates(records):
@@ -73,7 +73,7 @@ def mode_rates(records):
 def lab_error(record):
     """The lab failed the cycle, not the kernel: never a regression of the
     commit (the dashboard's lab_errors counts it)."""
-    return records_module.state_of(record) == "error" and not records_module.injected(record)
+    return records_module.state_of(record) == records_module.ERROR and not records_module.injected(record)
 
 
 def bucket_cycles(records, classify):
@@ -82,7 +82,8 @@ def bucket_cycles(records, classify):
     for record in records:
         if provoked(record) or lab_error(record):
             continue
-        if record.get("expected_verdict", "pass") != "pass" and record.get("verdict") == "pass":
+        if record.get("expected_verdict", records_module.PASS) != records_module.PASS \
+                and record.get("verdict") == records_module.PASS:
             found.setdefault(f"expected-{record['expected_verdict']}-but-passed", []).append(record["cycle"])
             continue
         for bucket in classify(record):

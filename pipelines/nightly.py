@@ -44,8 +44,8 @@ from lab.errors import LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
-from lab.records import (ResultsWriteError, RunDir, close_interrupted, is_done,  # noqa: E402
-                         read_cycles, state_of, summarize)
+from lab.records import (DONE, PASS, ResultsWriteError, RunDir, close_interrupted, is_done,  # noqa: E402
+                         not_as_expected, read_cycles, state_of, summarize)
 
 PROG = "nightly"
 STATE = "nightly.json"
@@ -319,7 +319,7 @@ def soak(request, state, state_path, resuming, rundir):
         chunk_modes = [plan_mod.mode_of(n, modes) for n in numbers]
         if request.dry_run:
             log(PROG, f"would run cycles {numbers} as {chunk_modes}")
-            records += [{"cycle": n, "mode": m, "status": "done", "verdict": "pass",
+            records += [{"cycle": n, "mode": m, "status": DONE, "verdict": PASS,
                          "host_seconds": plan_mod.estimate(m, per_mode)} for n, m in zip(numbers, chunk_modes)]
             if deadline:
                 deadline -= plan_mod.BOOT_SECONDS + sum(plan_mod.estimate(m, per_mode) for m in chunk_modes)
@@ -356,4 +356,4 @@ def soak(request, state, state_path, resuming, rundir):
         return 130
     if status:
         return status
-    return 0 if all(r.get("verdict") == "pass" and r.get("status") == "done" for r in records) else 1
+    return 1 if not_as_expected(records) else 0

@@ -30,7 +30,7 @@ import sys
 
 
 from lab import sleepgraph  # noqa: E402
-from lab.records import RunDir, cycles_path, read_cycles, read_report, sleepgraph_paths  # noqa: E402
+from lab.records import PASS, RunDir, cycles_path, read_cycles, read_report, sleepgraph_paths  # noqa: E402
 
 PROG = "sleepgraph"
 DEFAULT_SAMPLE = 5
@@ -40,8 +40,8 @@ def sample(records, count):
     """Cycles with a report: those that did not pass first, then passing
     ones evenly spread, `count` in all."""
     reported = [r for r in records if isinstance(r.get("report"), str)]
-    failed = [r for r in reported if r.get("verdict") != "pass"]
-    passed = [r for r in reported if r.get("verdict") == "pass"]
+    failed = [r for r in reported if r.get("verdict") != PASS]
+    passed = [r for r in reported if r.get("verdict") == PASS]
     chosen = failed[:count]
     room = count - len(chosen)
     if room > 0 and passed:

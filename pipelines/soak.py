@@ -46,7 +46,7 @@ from pipelines import nightly  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab import bench  # noqa: E402
-from lab.records import cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
+from lab.records import PASS, cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
 
 PROG = "soak"
 
@@ -222,10 +222,10 @@ def numbers(records, shards_records):
         verdicts = {}
         for record in group:
             verdicts[state_of(record)] = verdicts.get(state_of(record), 0) + 1
-        walls = [w for w in (held[id(r)] for r in group if r.get("verdict") == "pass") if w]
+        walls = [w for w in (held[id(r)] for r in group if r.get("verdict") == PASS) if w]
         phases = {}
         for record in group:
-            if record.get("verdict") == "pass":
+            if record.get("verdict") == PASS:
                 for key, value in (record.get("host_phases") or {}).items():
                     phases.setdefault(key, []).append(value)
         rate = pass_rate(group)
@@ -240,11 +240,11 @@ def numbers(records, shards_records):
         }
     rate = pass_rate(records)
     out["success_rate"], out["success_rate_95"] = rate["rate"], rate["ci95"]
-    out["all_passed"] = bool(records) and all(state_of(r) == "pass" for r in records)
+    out["all_passed"] = bool(records) and all(state_of(r) == PASS for r in records)
     out["failed"] = [{"cycle": r["cycle"], "mode": r.get("mode"), "verdict": state_of(r),
                       "phase": r.get("phase"),
                       "reason": r.get("reason") if is_done(r) else "no record yet: running or interrupted"}
-                     for r in records if state_of(r) != "pass"]
+                     for r in records if state_of(r) != PASS]
     starts = [_epoch(r["host_start"]) for r in records if r.get("host_start")]
     ends = [_epoch(r["host_end"]) for r in records if r.get("host_end")]
     if starts and ends:
