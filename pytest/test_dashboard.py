@@ -949,9 +949,9 @@ def counting_reads(monkeypatch):
     read = []
     original = inputs.read_part
 
-    def counted(path, manifest):
+    def counted(path, manifest, shared_values=None):
         read.append(os.path.basename(os.path.dirname(path)))
-        return original(path, manifest)
+        return original(path, manifest, shared_values)
     monkeypatch.setattr(inputs, "read_part", counted)
     return read
 
