@@ -7,7 +7,7 @@ with what repeats stored once in the run's shared.jsonl (see "compact
 fields"). A RunReader reads one run: its records (read) and, from the run's
 own shared.jsonl, their callbacks (callbacks, callback_columns,
 callback_errors) and pmtest log (pmtest), the only readers of those fields,
-for every record version. A record it read knows it (ReadRecord), so the
+for every record version. A record it read knows it (RunRecord), so the
 module's functions of the same names need no run in hand. Nothing is kept
 between runs but what a caller shares on purpose (SharedValues).
 
@@ -138,8 +138,10 @@ class RunDir:
 
     def append(self, record, shared=None):
         """Append one record (append_records); shared: values it refers to
-        that neither it carries nor this run holds (a record of another run)."""
+        that neither it carries nor this run holds (a record of another run).
+        Returns the record as written, a RunRecord of this run."""
         _write_records(self.reader, [record], shared)
+        return RunRecord(record, self.reader)
 
     def write_file(self, relative, text, compress=False):
         """Write a cycle's side file (report, hang dump) whole or not at all
@@ -282,7 +284,7 @@ class RunReader:
 
     def read(self, problem=None, check=None, excluded=None):
         """The line that counts of every cycle (see supersedes()), in cycle
-        order, each a ReadRecord (a dict that knows this reader); [] if there
+        order, each a RunRecord (a dict that knows this reader); [] if there
         is no file.
 
         A line that is not JSON (cut short by a crash), not an object or without
@@ -328,7 +330,7 @@ class RunReader:
                 kept.pop(cycle, None)
                 if excluded is not None:
                     excluded.append(cycle)
-        return [ReadRecord(kept[cycle], self) for cycle in sorted(kept)]
+        return [RunRecord(kept[cycle], self) for cycle in sorted(kept)]
 
     def shared_keys(self):
         """The keys of the values this run's shared.jsonl holds now."""
@@ -467,12 +469,12 @@ class RunReader:
         return record.get("pmtest") or {}
 
 
-class ReadRecord(dict):
-    """A record as RunReader.read() returns it: equal to its line's JSON
-    object, and knowing the reader of its run, so that callbacks(record)
-    and the like need no run in hand. A copy made with dict() or dict(r,
-    **changes) is a plain record again; copy.copy and copy.deepcopy keep
-    the reader."""
+class RunRecord(dict):
+    """A record of a run, as RunReader.read() and RunDir.append() return it:
+    equal to its line's JSON object, and knowing the reader of its run, so
+    that callbacks(record) and the like need no run in hand. A copy made
+    with dict() or dict(r, **changes) is a plain record again; copy.copy
+    and copy.deepcopy keep the reader."""
 
     __slots__ = ("reader",)
 
@@ -481,10 +483,10 @@ class ReadRecord(dict):
         self.reader = reader
 
     def __copy__(self):
-        return ReadRecord(self, self.reader)
+        return RunRecord(self, self.reader)
 
     def __deepcopy__(self, memo):
-        return ReadRecord(copy.deepcopy(dict(self), memo), self.reader)
+        return RunRecord(copy.deepcopy(dict(self), memo), self.reader)
 
 
 def close_interrupted(record, when=None):
@@ -653,7 +655,7 @@ _DURATION_TYPES = frozenset({int, float, type(None)})
 
 
 def reader_of(record):
-    """The reader of the record's run (ReadRecord), else one of no run."""
+    """The reader of the record's run (RunRecord), else one of no run."""
     reader = getattr(record, "reader", None)
     return reader if reader is not None else RunReader(None)
 

@@ -282,8 +282,9 @@ def test_version3_callbacks_read_back_as_traced_and_travel_between_runs(tmp_path
     compact, expected, log = _compact_record()
     assert record_format.callbacks(compact) == expected  # judged, not yet written: it carries its values
     first = RunDir(str(tmp_path), "first")
-    first.append(compact)
+    written = first.append(compact)
     assert record_format.CARRIED_FIELD not in compact  # the writer took them out: the record is as written
+    assert written == compact and record_format.callbacks(written) == expected  # read through its run
     read, = read_cycles(first.cycles_path)
     assert read == compact and read.reader.cycles_path == first.cycles_path
     assert record_format.callbacks(read) == expected and record_format.pmtest(read) == log
