@@ -112,6 +112,7 @@ def main(argv=None):
         scratch = records.RunDir(os.path.join(work, "scratch"), "modes", keep="failures")
         for record in templates_v2:
             compact = as_version3(copy.deepcopy(record), "failures", scratch)
+            compact.pop(records.CARRIED_FIELD)  # the shared values it carries are not in its line
             per_mode.setdefault(record["mode"], []).append(
                 (len(json.dumps(record)) + 1, len(json.dumps(compact)) + 1))
         print("  done line alone, per mode (v2 -> v3 --keep failures): " + ", ".join(

@@ -337,7 +337,8 @@ def _run_and_cycle(record):
 
 
 def latency_counts(raw_records):
-    """The callback latencies of raw records, mergeable: {"us": Counter of
+    """The callback latencies of raw records (as a lab.records.RunReader read
+    them: each answers through its own run), mergeable: {"us": Counter of
     ((device, phase), microseconds or None), "errors": Counter of (device,
     phase), "drivers": {device: set}, "max_at": {(device, phase): [us,
     run_id, cycle] of its slowest call}}. Counting values instead of listing
@@ -346,7 +347,7 @@ def latency_counts(raw_records):
     first maximum is its earliest cycle's, as _slower() wants."""
     us, errors, drivers, max_at = {}, collections.Counter(), {}, {}
     key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
-    batches = {}    # id(calls) -> _LayoutBatch; version 3 records share a few layouts
+    batches = {}    # id(calls) -> _LayoutBatch; version 3 records share a few layouts (inputs.Inputs.shared_values)
     for record in sorted(raw_records, key=_run_and_cycle):
         calls, durations, failed = records.callback_columns(record)
         batch = batches.get(id(calls))
@@ -734,13 +735,13 @@ def _cached_cycle(cycle):
     return dict(cycle, evidence=[line for line in cycle["evidence"] if buckets.ORDERING_LINE.search(line)])
 
 
-def read_part_cached(cycles_file, manifest):
+def read_part_cached(cycles_file, manifest, shared_values=None):
     """inputs.read_part with RUN_DIR/dashboard-cache.json (best effort: a
     cache that cannot be read or written is a recompute, never an error)."""
     try:
         key = cache_key(cycles_file, manifest)
     except OSError:
-        return inputs_module.read_part(cycles_file, manifest)
+        return inputs_module.read_part(cycles_file, manifest, shared_values)
     path = os.path.join(os.path.dirname(os.path.abspath(cycles_file)), CACHE_FILE)
     try:
         with open(path) as source:
@@ -754,7 +755,7 @@ def read_part_cached(cycles_file, manifest):
             return part
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    part = inputs_module.read_part(cycles_file, manifest)
+    part = inputs_module.read_part(cycles_file, manifest, shared_values)
     part.latency = latency_counts(record for _, _, record in part.entries.values())
     data = {"key": key, "problems": part.problems, "excluded": part.excluded,
             "entries": [[run_id, number, _cached_cycle(cycle), rank]
@@ -782,7 +783,8 @@ def merged_latency_counts(loaded):
             continue
         entries = part.entries
         if any(record is None for _, _, record in entries.values()):
-            entries = inputs_module.read_part(part.path, None).entries  # the records behind a cached part
+            # the records behind a cached part
+            entries = inputs_module.read_part(part.path, None, loaded.shared_values).entries
         grouped = {}
         for key, kernel in keys.items():  # the cycle as loaded (with its manifest) names the kernel
             grouped.setdefault(kernel, []).append(entries[key][2])

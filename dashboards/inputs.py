@@ -13,7 +13,8 @@ being the record's own run_id (the lab writes it on every line), so a run
 split over several directories (shards) reads exactly like the same records
 in one directory. Which line of a cycle counts and what a cycle with only
 its "started" line is ("unfinished") is lab.records' rule: this module
-reads every file through lab.records.read_cycles.
+reads every file through a lab.records.RunReader (the records it returns
+know their run, for their callbacks).
 """
 
 import datetime
@@ -40,6 +41,8 @@ class Inputs:
         self.errors = []          # {"file", "line", "message"}
         self.excluded = 0         # cycles dropped because their last line was invalid
         self.manifests = {}       # run id -> [manifest, ...]
+        # the runs' shared values (record version 3), held and decoded once for all runs
+        self.shared_values = records_module.SharedValues()
 
     def error(self, path, line, message):
         self.errors.append({"file": path, "line": line, "message": message})
@@ -324,9 +327,10 @@ def rank_of(record):
     return [record["status"] != "done", hashlib.sha256(canonical).hexdigest()]
 
 
-def read_part(path, manifest):
-    """One cycles file read by lab.records.read_cycles, schema-checked and
-    normalised; what it skips is a problem with its line."""
+def read_part(path, manifest, shared_values=None):
+    """One cycles file read by a lab.records.RunReader, schema-checked and
+    normalised; what it skips is a problem with its line. shared_values: a
+    lab.records.SharedValues the readers of several runs share."""
     part = Part(path)
     problem = lambda number, message: part.problems.append((number, message))  # noqa: E731
     default_run_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
@@ -336,9 +340,8 @@ def read_part(path, manifest):
     excluded = []
     sink = Inputs()
     try:
-        kept = records_module.read_cycles(path, problem=problem,
-                                          check=lambda record, number: _check(record, path, number, sink),
-                                          excluded=excluded)
+        kept = records_module.RunReader(path, shared_values).read(
+            problem=problem, check=lambda record, number: _check(record, path, number, sink), excluded=excluded)
     except OSError as error:
         problem(None, f"unreadable: {error}")
         return part
@@ -367,14 +370,14 @@ def read_run_files(run_dir, inputs):
 
 def load(paths, read=read_part):
     """Inputs read from run directories / results directories / cycles files.
-    read(cycles file, manifest) -> Part (dashboards.compute passes one that
-    keeps a cache per run). inputs.parts lists the Parts and, per part, the
+    read(cycles file, manifest, SharedValues) -> Part (dashboards.compute
+    passes one that keeps a cache per run). inputs.parts lists the Parts and, per part, the
     keys of the cycles that won over a copy in another file."""
     inputs = Inputs()
     merged = {}
     for cycles_file in find_run_dirs(paths, inputs):
         manifest = read_run_files(os.path.dirname(cycles_file), inputs)
-        part = read(cycles_file, manifest)
+        part = read(cycles_file, manifest, inputs.shared_values)
         inputs.parts.append(part)
         for line, message in part.problems:
             inputs.error(cycles_file, line, message)

@@ -101,7 +101,8 @@ def compact(records):
 
 def version3(records):
     """The same records as lab/cycle.py writes them now (record version 3:
-    callbacks and pmtest log compact, lab.records.compact_fields)."""
+    callbacks and pmtest log compact, lab.records.compact_fields), each
+    carrying its shared values until a writer takes them out."""
     from lab import records as record_format
 
     out = []

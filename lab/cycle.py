@@ -254,7 +254,8 @@ class DrivenCycle:
 
     def finish(self, sleepgraph_files=False):
         """Judge (unless the drive already gave the verdict), keep the
-        evidence by the run's policy and append the final record."""
+        evidence by the run's policy, append the final record and return it
+        (as RunDir.append returns it: its callbacks read through the run)."""
         record, reply, rundir = self.record, self.reply, self.rundir
         if "verdict" not in record:
             if reply is not None and reply.data:  # the trace pages as text, the form every reader takes
@@ -276,8 +277,7 @@ class DrivenCycle:
         record["host_phases"] = host_phases(self.cycle.started, self.cycle.timeline)
         record["harness_rss_kib"] = rss_kib()
         record["harness_pid"] = os.getpid()
-        rundir.append(record)
-        return record
+        return rundir.append(record)
 
 
 def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None, press=PowerButtonPress(),

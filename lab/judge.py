@@ -90,8 +90,9 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     result["phases"] = trace.phases_reached(events_trace)
     result["phase_ms"] = trace.phase_ms(events_trace)  # per PM phase, for the dashboard's kernels
     # Per device ("name (driver)", trace.device_id), in order: callback,
-    # microseconds, error, stored compactly (lab.records.compact_fields; read
-    # back with lab.records.callbacks); the report keeps the full trace.
+    # microseconds, error, stored compactly (lab.records.compact_fields: the
+    # result carries the shared values it made until the run's writer stores
+    # them; read back with lab.records.callbacks); the report keeps the full trace.
     result.update(records.compact_fields(sequences, pmtest_log.by_device(pmtest_entries)))
     result["trace_events"] = len(events_trace)
 

@@ -4,8 +4,12 @@ write and count cycle records through this module only.
 
 Record version 3 keeps the per-device callbacks and the pmtest log compact,
 with what repeats stored once in the run's shared.jsonl (see "compact
-fields"); callbacks(), callback_columns(), callback_errors() and pmtest() are
-the only readers of those fields, for every record version.
+fields"). A RunReader reads one run: its records (read) and, from the run's
+own shared.jsonl, their callbacks (callbacks, callback_columns,
+callback_errors) and pmtest log (pmtest), the only readers of those fields,
+for every record version. A record it read knows it (RunRecord), so the
+module's functions of the same names need no run in hand. Nothing is kept
+between runs but what a caller shares on purpose (SharedValues).
 
 The file. Each cycle is appended twice: once as it starts (status
 "started") and once when it ends (status "done", same cycle number). Every
@@ -13,7 +17,8 @@ line is flushed and fsynced as written, so a guest or host that dies
 mid-cycle still leaves that cycle's "started" line. Several processes
 (pytest-xdist workers) append to one file: each batch of lines is one
 write() under an exclusive lock. Nothing is ever rewritten in place.
-append_records() is the one writer, read_cycles() the one reader.
+append_records() is the one writer, RunReader.read() (read_cycles()) the
+one reader.
 
 Which line of a cycle counts (read_cycles): a "done" line supersedes
 anything before it, a later "done" line an earlier one (a re-judged cycle);
@@ -36,6 +41,7 @@ nearest-rank (nearest_rank()).
 """
 
 import base64
+import copy
 import datetime
 import errno
 import fcntl
@@ -115,6 +121,7 @@ class RunDir:
         self.path = os.path.join(results_root, name)
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
+        self.reader = RunReader(self.cycles_path)  # also tells the writer what shared.jsonl holds
         self.summary_path = os.path.join(self.path, "summary.json")
         if not link_latest:
             return
@@ -129,8 +136,12 @@ class RunDir:
     def file(self, *parts):
         return os.path.join(self.path, *parts)
 
-    def append(self, record):
-        append_records(self.cycles_path, [record])
+    def append(self, record, shared=None):
+        """Append one record (append_records); shared: values it refers to
+        that neither it carries nor this run holds (a record of another run).
+        Returns the record as written, a RunRecord of this run."""
+        _write_records(self.reader, [record], shared)
+        return RunRecord(record, self.reader)
 
     def write_file(self, relative, text, compress=False):
         """Write a cycle's side file (report, hang dump) whole or not at all
@@ -153,7 +164,7 @@ class RunDir:
         return relative
 
     def write_summary(self, extra=None):
-        summary = summarize(read_cycles(self.cycles_path))
+        summary = summarize(self.reader.read())
         summary["run_id"] = self.run_id
         summary.update(extra or {})
         try:
@@ -163,15 +174,23 @@ class RunDir:
         return summary
 
 
-def append_records(path, records):
+def append_records(path, records, shared=None):
     """The one writer of a cycles.jsonl: append records, one JSON line each,
     in one write() under an exclusive lock, fsynced. What the disk cannot
     take whole is cut off again (ResultsWriteError): no half line is left.
     The shared values the records refer to (version 3) are appended to the
-    run's shared.jsonl first, so no reader sees a reference it cannot follow."""
-    _store_shared(path, records)
+    run's shared.jsonl first, so no reader sees a reference it cannot follow:
+    those a just judged record carries (compact_fields; they are taken out
+    of the record, which is then as written) or `shared` gives ({key: value},
+    e.g. RunReader.shared_values() of the run the records were read from).
+    RecordError if one is in neither and not in the run's shared.jsonl."""
+    _write_records(RunReader(path), records, shared)
+
+
+def _write_records(reader, records, shared):
+    _store_shared(reader, records, shared)
     data = "".join(json.dumps(record, sort_keys=False) + "\n" for record in records).encode()
-    _append_bytes(path, data)
+    _append_bytes(reader.cycles_path, data)
 
 
 def _append_bytes(path, data):
@@ -194,16 +213,17 @@ def _append_bytes(path, data):
         os.close(fd)
 
 
-def write_cycles(path, records):
+def write_cycles(path, records, shared=None):
     """A whole new cycles.jsonl holding `records` (merge, the LAVA import):
-    written beside it through append_records, then renamed into place, so a
-    reader sees the old file or the new one, never half of it."""
+    written beside it through append_records (`shared` as there), then
+    renamed into place, so a reader sees the old file or the new one, never
+    half of it."""
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
         os.unlink(temporary)
     except FileNotFoundError:
         pass
-    append_records(temporary, records)
+    append_records(temporary, records, shared)
     os.replace(temporary, path)
 
 
@@ -237,54 +257,236 @@ def _is_int(value):
 
 
 def read_cycles(path, problem=None, check=None, excluded=None):
-    """The one reader of a cycles.jsonl: the line that counts of every cycle
-    (see supersedes()), in cycle order; [] if there is no file.
+    """RunReader(path).read(): the records of a cycles.jsonl, each knowing
+    its run's reader."""
+    return RunReader(path).read(problem, check, excluded)
 
-    A line that is not JSON (cut short by a crash), not an object or without
-    an integer "cycle" is skipped and reported as problem(line number,
-    message) when given. check(record, line number) -> bool, when given,
-    validates further (the dashboard's schema, which reports for itself); a
-    line it refuses is skipped, and a cycle whose last word was such a line
-    (with no "done" line accepted) is left out altogether, its number
-    appended to `excluded`: neither counted nor called unfinished."""
-    problem = problem or (lambda number, message: None)
-    kept, refused = {}, {}
-    try:
-        source = open(path, "rb")
-    except FileNotFoundError:
-        return []
-    _load_shared(shared_path(path))
-    with source:
-        for number, raw in enumerate(source, start=1):
-            if not raw.strip():
-                continue
+
+class RunReader:
+    """One run's cycles.jsonl and the shared values its version 3 records
+    refer to (the run's shared.jsonl, read when a record first needs it and
+    again when the file has grown). The one reader of records (read) and of
+    their compact fields (callback_columns, callbacks, callback_errors,
+    pmtest; see "compact fields"): a record is answered from what it carries
+    (just judged) and from its own run's shared.jsonl, never from another
+    run's. `values`: a SharedValues to hold the values and the decoded
+    layouts in, shared by the readers of many runs (the dashboard); by
+    default the reader's own. RunReader(None) reads no run: it answers the
+    records that carry all they refer to (versions 1 and 2, a judged record
+    not yet written)."""
+
+    def __init__(self, cycles_file, values=None):
+        self.cycles_path = cycles_file
+        self.shared_path = shared_path(cycles_file) if cycles_file else None
+        self.values = values if values is not None else SharedValues()
+        self._keys = set()      # the keys this run's shared.jsonl holds, as far as read
+        self._read_to = None    # (inode, offset) of shared.jsonl read so far
+
+    def read(self, problem=None, check=None, excluded=None):
+        """The line that counts of every cycle (see supersedes()), in cycle
+        order, each a RunRecord (a dict that knows this reader); [] if there
+        is no file.
+
+        A line that is not JSON (cut short by a crash), not an object or without
+        an integer "cycle" is skipped and reported as problem(line number,
+        message) when given. check(record, line number) -> bool, when given,
+        validates further (the dashboard's schema, which reports for itself); a
+        line it refuses is skipped, and a cycle whose last word was such a line
+        (with no "done" line accepted) is left out altogether, its number
+        appended to `excluded`: neither counted nor called unfinished."""
+        problem = problem or (lambda number, message: None)
+        kept, refused = {}, {}
+        try:
+            source = open(self.cycles_path, "rb")
+        except FileNotFoundError:
+            return []
+        with source:
+            for number, raw in enumerate(source, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
+                    cut = "" if raw.endswith(b"\n") else " (no newline: cut short)"
+                    problem(number, f"not JSON{cut}: {error}")
+                    continue
+                if not isinstance(record, dict):
+                    problem(number, f"not a JSON object but {type(record).__name__}")
+                    continue
+                cycle = record.get("cycle")
+                if check is not None and not check(record, number):
+                    if _is_int(cycle):
+                        refused[cycle] = number
+                    continue
+                if not _is_int(cycle):
+                    problem(number, "no integer \"cycle\": not a cycle record")
+                    continue
+                if supersedes(record, kept.get(cycle)):
+                    kept[cycle] = record
+                    if is_done(record):
+                        refused.pop(cycle, None)
+        for cycle in sorted(refused):
+            if not is_done(kept.get(cycle, {})):
+                kept.pop(cycle, None)
+                if excluded is not None:
+                    excluded.append(cycle)
+        return [RunRecord(kept[cycle], self) for cycle in sorted(kept)]
+
+    def shared_keys(self):
+        """The keys of the values this run's shared.jsonl holds now."""
+        self._read_shared()
+        return self._keys
+
+    def _read_shared(self):
+        """Take in what shared.jsonl gained since last read (all of it if it
+        was replaced). Only whole lines count: a line cut short by a crash
+        was never followed by a record referring to it."""
+        if self.shared_path is None:
+            return
+        try:
+            status = os.stat(self.shared_path)
+        except FileNotFoundError:
+            self._keys, self._read_to = set(), None
+            return
+        inode, offset = self._read_to or (None, 0)
+        if inode != status.st_ino or status.st_size < offset:
+            self._keys, offset = set(), 0
+        if status.st_size == offset:
+            self._read_to = (status.st_ino, offset)
+            return
+        with open(self.shared_path, "rb") as source:
+            source.seek(offset)
+            for raw in source:
+                if not raw.endswith(b"\n"):
+                    break
+                offset += len(raw)
+                try:
+                    line = json.loads(raw)
+                    key, value = line["key"], line["value"]
+                except (ValueError, TypeError, KeyError, RecursionError):
+                    continue
+                if key == _content_key(value):
+                    self.values.by_key.setdefault(key, value)
+                    self._keys.add(key)
+        self._read_to = (status.st_ino, offset)
+
+    def _value(self, record, key):
+        carried = record.get(CARRIED_FIELD)
+        if isinstance(carried, dict) and key in carried:
+            return carried[key]
+        if key not in self._keys:
+            self._read_shared()
+            if key not in self._keys:
+                where = f"its run's {SHARED_FILE}" if self.shared_path else "the record (read it through its run)"
+                raise RecordError(f"cycle {record.get('cycle')}: shared value {key} is not in {where}")
+        return self.values.by_key[key]
+
+    def shared_values(self, records):
+        """{key: value} of the shared values `records` refer to (to write
+        them into another run: append_records' `shared`)."""
+        return {key: self._value(record, key) for record in records for key in _references(record)}
+
+    def callback_columns(self, record):
+        """The one reader of a record's callbacks, any version: (calls, us, errors)
+        with calls a tuple of (device, callback label, driver) per callback (the
+        same tuple object for every record of one layout and SharedValues), us a
+        list of microseconds (None: never returned), errors {index: errno} of the
+        calls whose errno is not 0 (a call with us None has errno None).
+        RecordError if a version 3 record's layout is missing from its run."""
+        table = record.get("callback_table")
+        if isinstance(table, dict):
+            key = table.get("layout")
+            layout = self._value(record, key)  # also when decoded already: this run must hold it
+            calls = self.values.columns.get(key)
+            if calls is None:
+                devices, labels = layout["devices"], layout["callbacks"]
+                calls = self.values.columns[key] = tuple((devices[d], labels[c], split_device_id(devices[d])[1])
+                                                         for d, c in layout["rows"])
             try:
-                record = json.loads(raw.decode("utf-8"))
-            except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
-                cut = "" if raw.endswith(b"\n") else " (no newline: cut short)"
-                problem(number, f"not JSON{cut}: {error}")
-                continue
-            if not isinstance(record, dict):
-                problem(number, f"not a JSON object but {type(record).__name__}")
-                continue
-            cycle = record.get("cycle")
-            if check is not None and not check(record, number):
-                if _is_int(cycle):
-                    refused[cycle] = number
-                continue
-            if not _is_int(cycle):
-                problem(number, "no integer \"cycle\": not a cycle record")
-                continue
-            if supersedes(record, kept.get(cycle)):
-                kept[cycle] = record
-                if is_done(record):
-                    refused.pop(cycle, None)
-    for cycle in sorted(refused):
-        if not is_done(kept.get(cycle, {})):
-            kept.pop(cycle, None)
-            if excluded is not None:
-                excluded.append(cycle)
-    return [kept[cycle] for cycle in sorted(kept)]
+                us = json.loads(zlib.decompress(base64.b64decode(table["us"])))
+            except (ValueError, zlib.error, TypeError, RecursionError) as error:
+                raise RecordError(f"cycle {record.get('cycle')}: callback_table.us unreadable: {error}") from None
+            if not isinstance(us, list) or not set(map(type, us)) <= _DURATION_TYPES:
+                raise RecordError(f"cycle {record.get('cycle')}: callback_table.us is not a list of numbers and nulls")
+            if len(us) != len(calls):
+                raise RecordError(f"cycle {record.get('cycle')}: {len(us)} durations for {len(calls)} callbacks")
+            return calls, us, {row: err for row, err in table.get("err") or ()}
+        calls, us, errors = [], [], {}
+        for device, sequence in (record.get("callbacks") or {}).items():
+            driver = split_device_id(device)[1]
+            for call in sequence:
+                if isinstance(call, dict):
+                    cb, duration, err, call_driver = call["cb"], call["us"], call["err"], call.get("driver")
+                else:
+                    (cb, duration, err), call_driver = call[:3], driver
+                if err:
+                    errors[len(calls)] = err
+                calls.append((device, cb, call_driver))
+                us.append(duration)
+        return tuple(calls), us, errors
+
+    def callback_errors(self, record):
+        """[{"device", "cb", "err", "t"}] of the callbacks whose errno is not 0, in
+        the record's callback order (t: the start time, version 1 only, else
+        None); unlike callback_columns() it leaves the durations packed."""
+        table = record.get("callback_table")
+        if isinstance(table, dict):
+            layout = self._value(record, table.get("layout"))
+            devices, labels, rows = layout["devices"], layout["callbacks"], layout["rows"]
+            return [{"device": devices[rows[row][0]], "cb": labels[rows[row][1]], "err": err, "t": None}
+                    for row, err in sorted(table.get("err") or ())]
+        return [{"device": device, "cb": call["cb"] if isinstance(call, dict) else call[0],
+                 "err": call["err"] if isinstance(call, dict) else call[2],
+                 "t": call.get("t") if isinstance(call, dict) else None}
+                for device, sequence in (record.get("callbacks") or {}).items() for call in sequence
+                if (call["err"] if isinstance(call, dict) else call[2])]
+
+    def callbacks(self, record):
+        """{device: [{"cb", "driver", "t", "us", "err"}]} of any record version
+        (version 1 objects keep their driver and start time t; otherwise driver
+        is the one in the device identity and t is None)."""
+        if isinstance(record.get("callbacks"), dict) and not isinstance(record.get("callback_table"), dict):
+            out = {}
+            for device, sequence in record["callbacks"].items():
+                out[device] = [{"cb": c["cb"], "driver": c.get("driver"), "t": c.get("t"), "us": c["us"],
+                                "err": c["err"]}
+                               if isinstance(c, dict) else
+                               {"cb": c[0], "driver": split_device_id(device)[1], "t": None, "us": c[1], "err": c[2]}
+                               for c in sequence]
+            return out
+        calls, us, errors = self.callback_columns(record)
+        out = {}
+        for index, (device, cb, driver) in enumerate(calls):
+            out.setdefault(device, []).append({"cb": cb, "driver": driver, "t": None,
+                                               "us": us[index],
+                                               "err": None if us[index] is None else errors.get(index, 0)})
+        return out
+
+    def pmtest(self, record):
+        """{pmtest device: ["<cb>:<event>=<ret>", ...]} of any record version."""
+        if isinstance(record.get("pmtest_ref"), str):
+            return self._value(record, record["pmtest_ref"])
+        return record.get("pmtest") or {}
+
+
+class RunRecord(dict):
+    """A record of a run, as RunReader.read() and RunDir.append() return it:
+    equal to its line's JSON object, and knowing the reader of its run, so
+    that callbacks(record) and the like need no run in hand. A copy made
+    with dict() or dict(r, **changes) is a plain record again; copy.copy
+    and copy.deepcopy keep the reader."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, fields, reader):
+        super().__init__(fields)
+        self.reader = reader
+
+    def __copy__(self):
+        return RunRecord(self, self.reader)
+
+    def __deepcopy__(self, memo):
+        return RunRecord(copy.deepcopy(dict(self), memo), self.reader)
 
 
 def close_interrupted(record, when=None):
@@ -360,17 +562,32 @@ SIDE_FILES = ("report", "hang_dump", "sleepgraph_ftrace", "sleepgraph_dmesg")
 #       err lists the rows whose errno is not 0.
 #   "pmtest_ref": KEY of the shared {device: ["<cb>:<event>=<ret>", ...]}.
 #
-# Content keys make the shared values safe to pool across runs in one
-# process: a record read from one run (a nightly chunk, a shard) and
-# appended to another takes its shared values along (append_records).
+# A judged record carries the values it made in CARRIED_FIELD ({key:
+# value}) until it is written: the writer (append_records) puts those its
+# run lacks into the run's shared.jsonl and takes the field out of the
+# record. A record written elsewhere than where it was read (merge) gets the
+# values from its run's reader (RunReader.shared_values), given to the
+# writer. Content keys make the values safe to hold once for many runs
+# (SharedValues); which keys a record may use is still only what its own
+# run's shared.jsonl holds.
 
 SHARED_FILE = "shared.jsonl"
-_shared = {}        # content key -> value, of every shared value read or made here
-_shared_files = {}  # shared.jsonl path -> (inode, size, keys it held)
+CARRIED_FIELD = "_shared_values"  # never written: see above
 
 
 class RecordError(ValueError):
     """A version 3 record refers to a shared value its run does not hold."""
+
+
+class SharedValues:
+    """Shared values by content key, and the callback columns decoded from
+    each layout (callback_columns): a RunReader's own, or one for the
+    readers of many runs, so a layout they have in common is held and
+    decoded once."""
+
+    def __init__(self):
+        self.by_key = {}
+        self.columns = {}
 
 
 def shared_path(cycles_file):
@@ -382,37 +599,6 @@ def _content_key(value):
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _share(value):
-    key = _content_key(value)
-    _shared.setdefault(key, value)
-    return key
-
-
-def _load_shared(path):
-    """Read a run's shared.jsonl into the pool (again only if it changed)."""
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        _shared_files.pop(path, None)
-        return set()
-    known = _shared_files.get(path)
-    if known and known[0] == status.st_ino and known[1] == status.st_size:
-        return known[2]
-    keys = set()
-    with open(path, "rb") as source:
-        for raw in source:
-            try:
-                line = json.loads(raw)
-                key, value = line["key"], line["value"]
-            except (ValueError, TypeError, KeyError, RecursionError):
-                continue  # a line cut short by a crash: its records were never written after it
-            if key == _content_key(value):
-                _shared.setdefault(key, value)
-                keys.add(key)
-    _shared_files[path] = (status.st_ino, status.st_size, keys)
-    return keys
-
-
 def _references(record):
     table = record.get("callback_table")
     if isinstance(table, dict) and isinstance(table.get("layout"), str):
@@ -421,26 +607,34 @@ def _references(record):
         yield record["pmtest_ref"]
 
 
-def _store_shared(cycles_file, records):
-    wanted = {key: record for record in records for key in _references(record)}
+def _store_shared(reader, records, shared):
+    """Append to the run's shared.jsonl the values `records` refer to that it
+    lacks, from what the records carry or `shared`; take CARRIED_FIELD out
+    of every record."""
+    wanted, carried = {}, {}
+    for record in records:
+        for key, value in (record.pop(CARRIED_FIELD, None) or {}).items():
+            carried.setdefault(key, value)  # equal content; the first one made is written, as it always was
+        for key in _references(record):
+            wanted[key] = record
     if not wanted:
         return
-    path = shared_path(cycles_file)
-    present = _load_shared(path)
+    present = reader.shared_keys()
     missing = [key for key in wanted if key not in present]
     for key in missing:
-        if key not in _shared:
-            raise RecordError(f"cycle {wanted[key].get('cycle')} refers to shared value {key}, which was "
-                              f"neither read from a run nor made in this process")
+        if key not in carried and key not in (shared or {}):
+            raise RecordError(f"cycle {wanted[key].get('cycle')} refers to shared value {key}, which neither "
+                              f"{reader.shared_path} nor the record nor the values given hold")
     if missing:
-        _append_bytes(path, "".join(json.dumps({"key": key, "value": _shared[key]}) + "\n"
-                                    for key in missing).encode())
-        _load_shared(path)
+        _append_bytes(reader.shared_path, "".join(
+            json.dumps({"key": key, "value": carried[key] if key in carried else shared[key]}) + "\n"
+            for key in missing).encode())
 
 
 def compact_fields(sequences, pmtest_by_device):
     """The version 3 record fields of a cycle's callbacks (lab.trace.callbacks:
-    {device: [{"cb", "us", "err", ...}]}) and pmtest log (lab.pmtest_log.by_device)."""
+    {device: [{"cb", "us", "err", ...}]}) and pmtest log (lab.pmtest_log.by_device),
+    with the shared values they refer to in CARRIED_FIELD, for the writer."""
     devices, labels, rows, durations, errors = [], {}, [], [], []
     for device, calls in sequences.items():
         devices.append(device)
@@ -451,104 +645,39 @@ def compact_fields(sequences, pmtest_by_device):
             durations.append(call["us"])  # as traced (floats): read back exactly
     layout = {"devices": devices, "callbacks": list(labels), "rows": rows}
     packed = base64.b64encode(zlib.compress(json.dumps(durations, separators=(",", ":")).encode(), 9)).decode()
-    return {"callback_table": {"layout": _share(layout), "us": packed, "err": errors},
-            "pmtest_ref": _share(pmtest_by_device)}
+    layout_key, pmtest_key = _content_key(layout), _content_key(pmtest_by_device)
+    return {"callback_table": {"layout": layout_key, "us": packed, "err": errors},
+            "pmtest_ref": pmtest_key,
+            CARRIED_FIELD: {layout_key: layout, pmtest_key: pmtest_by_device}}
 
 
-def _shared_value(record, key):
-    value = _shared.get(key)
-    if value is None:
-        raise RecordError(f"cycle {record.get('cycle')}: shared value {key} is not in its run's {SHARED_FILE}")
-    return value
+_DURATION_TYPES = frozenset({int, float, type(None)})
 
 
-_DURATION_TYPES = {int, float, type(None)}
-_layout_columns = {}  # layout key -> (calls, drivers): built once per layout
+def reader_of(record):
+    """The reader of the record's run (RunRecord), else one of no run."""
+    reader = getattr(record, "reader", None)
+    return reader if reader is not None else RunReader(None)
 
 
 def callback_columns(record):
-    """The one reader of a record's callbacks, any version: (calls, us, errors)
-    with calls a tuple of (device, callback label, driver) per callback (the
-    same tuple object for every record of one layout), us a list of
-    microseconds (None: never returned), errors {index: errno} of the calls
-    whose errno is not 0 (a call with us None has errno None). RecordError if
-    a version 3 record's layout is missing from its run."""
-    table = record.get("callback_table")
-    if isinstance(table, dict):
-        key = table.get("layout")
-        calls = _layout_columns.get(key)
-        if calls is None:
-            layout = _shared_value(record, key)
-            devices, labels = layout["devices"], layout["callbacks"]
-            calls = _layout_columns[key] = tuple((devices[d], labels[c], split_device_id(devices[d])[1])
-                                                 for d, c in layout["rows"])
-        try:
-            us = json.loads(zlib.decompress(base64.b64decode(table["us"])))
-        except (ValueError, zlib.error, TypeError, RecursionError) as error:
-            raise RecordError(f"cycle {record.get('cycle')}: callback_table.us unreadable: {error}") from None
-        if not isinstance(us, list) or not set(map(type, us)) <= _DURATION_TYPES:
-            raise RecordError(f"cycle {record.get('cycle')}: callback_table.us is not a list of numbers and nulls")
-        if len(us) != len(calls):
-            raise RecordError(f"cycle {record.get('cycle')}: {len(us)} durations for {len(calls)} callbacks")
-        return calls, us, {row: err for row, err in table.get("err") or ()}
-    calls, us, errors = [], [], {}
-    for device, sequence in (record.get("callbacks") or {}).items():
-        driver = split_device_id(device)[1]
-        for call in sequence:
-            if isinstance(call, dict):
-                cb, duration, err, call_driver = call["cb"], call["us"], call["err"], call.get("driver")
-            else:
-                (cb, duration, err), call_driver = call[:3], driver
-            if err:
-                errors[len(calls)] = err
-            calls.append((device, cb, call_driver))
-            us.append(duration)
-    return tuple(calls), us, errors
+    """RunReader.callback_columns through the reader of the record's run."""
+    return reader_of(record).callback_columns(record)
 
 
 def callback_errors(record):
-    """[{"device", "cb", "err", "t"}] of the callbacks whose errno is not 0, in
-    the record's callback order (t: the start time, version 1 only, else
-    None); unlike callback_columns() it leaves the durations packed."""
-    table = record.get("callback_table")
-    if isinstance(table, dict):
-        layout = _shared_value(record, table.get("layout"))
-        devices, labels, rows = layout["devices"], layout["callbacks"], layout["rows"]
-        return [{"device": devices[rows[row][0]], "cb": labels[rows[row][1]], "err": err, "t": None}
-                for row, err in sorted(table.get("err") or ())]
-    return [{"device": device, "cb": call["cb"] if isinstance(call, dict) else call[0],
-             "err": call["err"] if isinstance(call, dict) else call[2],
-             "t": call.get("t") if isinstance(call, dict) else None}
-            for device, sequence in (record.get("callbacks") or {}).items() for call in sequence
-            if (call["err"] if isinstance(call, dict) else call[2])]
+    """RunReader.callback_errors through the reader of the record's run."""
+    return reader_of(record).callback_errors(record)
 
 
 def callbacks(record):
-    """{device: [{"cb", "driver", "t", "us", "err"}]} of any record version
-    (version 1 objects keep their driver and start time t; otherwise driver
-    is the one in the device identity and t is None)."""
-    if isinstance(record.get("callbacks"), dict) and not isinstance(record.get("callback_table"), dict):
-        out = {}
-        for device, sequence in record["callbacks"].items():
-            out[device] = [{"cb": c["cb"], "driver": c.get("driver"), "t": c.get("t"), "us": c["us"], "err": c["err"]}
-                           if isinstance(c, dict) else
-                           {"cb": c[0], "driver": split_device_id(device)[1], "t": None, "us": c[1], "err": c[2]}
-                           for c in sequence]
-        return out
-    calls, us, errors = callback_columns(record)
-    out = {}
-    for index, (device, cb, driver) in enumerate(calls):
-        out.setdefault(device, []).append({"cb": cb, "driver": driver, "t": None,
-                                           "us": us[index],
-                                           "err": None if us[index] is None else errors.get(index, 0)})
-    return out
+    """RunReader.callbacks through the reader of the record's run."""
+    return reader_of(record).callbacks(record)
 
 
 def pmtest(record):
-    """{pmtest device: ["<cb>:<event>=<ret>", ...]} of any record version."""
-    if isinstance(record.get("pmtest_ref"), str):
-        return _shared_value(record, record["pmtest_ref"])
-    return record.get("pmtest") or {}
+    """RunReader.pmtest through the reader of the record's run."""
+    return reader_of(record).pmtest(record)
 
 
 # ------------------------------------------------------------------ failed callbacks

@@ -8,7 +8,9 @@ record of each cycle once, in cycle order, with the merged run id (by
 default the run id the shards' records share). A cycle found in two shards
 with the same record is taken once; with different records the merge stops
 (exit 2) naming both directories. Reports, hang dumps and console logs are
-copied; summary.json is recomputed (lab.records.summarize); the shards'
+copied, and the shards' shared values the records refer to (record version 3,
+lab.records.RunReader.shared_values); summary.json is recomputed
+(lab.records.summarize); the shards'
 manifest.json (if any) becomes the merged one with "shard": null, and
 merge.json says which cycle came from which shard. The merged directory
 therefore reads, for the dashboard, exactly like one run of those records.
@@ -79,6 +81,11 @@ def merge(out_dir, shard_dirs, run_id=None):
     merged, origin = merge_records(shards)
     run_id = run_id or common_run_id(list(merged.values()))
     os.makedirs(os.path.join(out_dir, "console"), exist_ok=True)
+    shared = {}  # the shared values the merged records refer to, from the shards they were read from
+    for _, read in shards:
+        kept = [record for record in read if merged[record["cycle"]] is record]
+        for key, value in (kept[0].reader.shared_values(kept) if kept else {}).items():
+            shared.setdefault(key, value)
     records = []
     for number in sorted(merged):
         record = dict(merged[number])
@@ -88,7 +95,7 @@ def merge(out_dir, shard_dirs, run_id=None):
             path = record.get(field)
             if isinstance(path, str) and path and not os.path.isabs(path) and ".." not in path.split("/"):
                 _copy(os.path.join(origin[number], path), os.path.join(out_dir, path))
-    write_cycles(cycles_path(out_dir), records)
+    write_cycles(cycles_path(out_dir), records, shared)
     for directory, _ in shards:
         console = os.path.join(directory, "console")
         for name in sorted(os.listdir(console)) if os.path.isdir(console) else ():

@@ -354,9 +354,7 @@ def test_version3_run_without_its_shared_file_is_reported(recorded, tmp_path):
 
     run = single_run(tmp_path / "r", testing.version3(recorded))
     os.unlink(os.path.join(run, record_format.SHARED_FILE))
-    record_format._shared_files.clear()
-    record_format._shared.clear()  # a fresh process: only the run's own files count
-    record_format._layout_columns.clear()
+    dashboard_of(single_run(tmp_path / "whole", testing.version3(recorded)))  # the same values, another run
     dashboard = dashboard_of(run)
     assert dashboard["inputs"]["cycles"] == len(recorded)
     assert any("shared.jsonl" in error["message"] for error in dashboard["input_errors"])
@@ -951,9 +949,9 @@ def counting_reads(monkeypatch):
     read = []
     original = inputs.read_part
 
-    def counted(path, manifest):
+    def counted(path, manifest, shared_values=None):
         read.append(os.path.basename(os.path.dirname(path)))
-        return original(path, manifest)
+        return original(path, manifest, shared_values)
     monkeypatch.setattr(inputs, "read_part", counted)
     return read
 

@@ -59,11 +59,11 @@ def lava_lab():
     return done.stderr
 
 
-def _pmtest_callbacks(record):
+def _pmtest_callbacks(record, reader):
     """DEV's callbacks as the judge saw them: [(callback, error)]."""
-    for device, calls in (record.get("callbacks") or {}).items():
+    for device, calls in reader.callbacks(record).items():
         if device.startswith(DEV + " "):
-            return [(call[0], call[2]) for call in calls]
+            return [(call["cb"], call["err"]) for call in calls]
     return None
 
 
@@ -97,7 +97,8 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
         seen = {key: by_lava.get(key) for key in COMPARED}
         expected = {key: by_libvirt.get(key) for key in COMPARED}
         assert seen == expected, f"cycle {by_lava['cycle']}: LAVA {json.dumps(seen)} != libvirt {json.dumps(expected)}"
-        assert _pmtest_callbacks(by_lava) == _pmtest_callbacks(by_libvirt), f"cycle {by_lava['cycle']}"
+        assert _pmtest_callbacks(by_lava, rundir.reader) == _pmtest_callbacks(by_libvirt, by_libvirt.reader), \
+            f"cycle {by_lava['cycle']}"
         assert by_lava["ordering_checked"]["pmtest_log"] > 0
         assert by_lava["proof"] == by_libvirt["proof"] or by_lava["verdict"] != "pass"
     assert [r["verdict"] for r in lava] == ["pass", "pass", "fail", "fail", "fail"]

@@ -442,11 +442,12 @@ def _split(single, records, count, root):
     dirs = []
     with open(os.path.join(single, "cycles.jsonl")) as source:
         lines = [json.loads(line) for line in source]
+    shared = read_cycles(os.path.join(single, "cycles.jsonl"))[0].reader.shared_values(lines)
     for i in range(1, count + 1):
         rundir = RunDir(root, f"split-shard{i}of{count}")
         for line in lines:
             if line["cycle"] % count == i % count:
-                rundir.append(line)
+                rundir.append(line, shared)
         dirs.append(rundir.path)
     return dirs
 
@@ -632,19 +633,10 @@ def test_the_schedule_soaks_both_machine_profiles():
         assert any("pytest/test_lava_lab.py --pipeline-tests" in c for c in lava), (definition, commands)
 
 
-def _forget_shared_values():
-    """As a new process: only shared.jsonl files tell what version 3 records refer to."""
-    from lab import records as record_format
-
-    record_format._shared.clear()
-    record_format._shared_files.clear()
-    record_format._layout_columns.clear()
-
-
-def test_version3_records_keep_their_callbacks_through_merge_and_chunk_import(tmp_path):
-    """Merge (shards -> one run) and nightly's chunk import read records in one
-    run directory and write them in another: the shared callback layouts and
-    pmtest logs (shared.jsonl) go along."""
+def test_version3_records_keep_their_callbacks_through_merge(tmp_path):
+    """Merge reads records in the shards' run directories and writes them in
+    another: the shared callback layouts and pmtest logs go along, those the
+    merged records refer to, once each, as the single run holds them."""
     from dashboards import compute, testing
     from lab import records as record_format
 
@@ -656,12 +648,12 @@ def test_version3_records_keep_their_callbacks_through_merge_and_chunk_import(tm
                 for r in read_cycles(single.cycles_path)}
     assert sum(bool(calls) for calls, _ in expected.values()) >= 9  # the reports recorded
     shards = _split(single.path, compact, 2, str(tmp_path / "shards"))
-    _forget_shared_values()
     merged = str(tmp_path / "merged" / "night-1")
     merge_mod.merge(merged, shards)
-    _forget_shared_values()
     assert {r["cycle"]: (record_format.callbacks(r), record_format.pmtest(r))
             for r in read_cycles(os.path.join(merged, "cycles.jsonl"))} == expected
-    _forget_shared_values()
+    with open(os.path.join(merged, record_format.SHARED_FILE), "rb") as got, \
+            open(os.path.join(single.path, record_format.SHARED_FILE), "rb") as want:
+        assert got.read() == want.read()
     assert json.dumps(compute.compute([merged]), sort_keys=True) == \
         json.dumps(compute.compute([single.path]), sort_keys=True)

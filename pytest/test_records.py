@@ -4,6 +4,8 @@ import json
 import multiprocessing
 import os
 
+import pytest
+
 from lab.records import (DONE, ERROR, RECORD_VERSION, STARTED, RunDir, append_records, close_interrupted,
                          failed_callbacks, mark_done, nearest_rank, new_record, pass_rate,
                          read_cycles, state_of, summarize, verdict_counts,
@@ -198,15 +200,6 @@ def test_failed_callbacks_read_from_fields_and_from_old_reasons():
 
 # ------------------------------------------------------------------ version 3: compact callbacks, --keep
 
-def fresh_process():
-    """Forget every shared value read or made so far, as a new process would."""
-    from lab import records as record_format
-
-    record_format._shared.clear()
-    record_format._shared_files.clear()
-    record_format._layout_columns.clear()
-
-
 def recorded_cycle(name, keep, tmp_path):
     """A recorded cycle judged and recorded again as lab/cycle.py DrivenCycle.finish
     does it (judge_with_order, keep_evidence, RunDir.append)."""
@@ -235,7 +228,6 @@ def test_failing_cycle_keeps_all_its_evidence_under_keep_failures(tmp_path):
     from lab import guest_report, records as record_format, trace
 
     run, recorded, text = recorded_cycle("mem-fault-suspend", "failures", tmp_path)
-    fresh_process()
     again, = read_cycles(run.cycles_path)
     assert again["verdict"] == "fail" and again["evidence"] == recorded["evidence"]
     assert any("returns -5" in line for line in again["evidence"])  # the kernel's own word, on the console
@@ -266,40 +258,134 @@ def test_passing_cycle_under_keep_failures_is_small_and_keeps_no_report(tmp_path
     assert os.path.isfile(full_run.file(full["report"])) and full["evidence"] == recorded["evidence"]
 
 
-def test_version3_callbacks_read_back_as_traced_and_travel_between_runs(tmp_path):
-    """The compact fields give back every callback of the recorded trace; a
-    record read from one run and appended to another takes its shared values
-    along (a nightly chunk, a merged shard)."""
-    from lab import pmtest_log, records as record_format, trace
+def _compact_record(cycle=1):
+    """A version 3 record of the recorded ->resume fault as judging makes it
+    (carrying its shared values), and its callbacks and pmtest log as traced."""
+    from lab import guest_report, pmtest_log, records as record_format, trace
     from recordings_util import report
-    from lab import guest_report
 
     parts = guest_report.sections(report("mem-fault-resume"))
     sequences = trace.callbacks(trace.parse(parts["trace"]))
     log = pmtest_log.by_device(pmtest_log.parse(parts["pmtest_log"]))
-    compact = dict(record(1), record_version=3, **record_format.compact_fields(sequences, log))
-    first = RunDir(str(tmp_path), "first")
-    first.append(compact)
-    fresh_process()
-    read, = read_cycles(first.cycles_path)
+    compact = dict(record(cycle), record_version=3, **record_format.compact_fields(sequences, log))
     expected = {device: [{"cb": c["cb"], "driver": trace.split_device_id(device)[1], "t": None, "us": c["us"],
                           "err": c["err"]} for c in calls] for device, calls in sequences.items()}
+    return compact, expected, log
+
+
+def test_version3_callbacks_read_back_as_traced_and_travel_between_runs(tmp_path):
+    """The compact fields give back every callback of the recorded trace; a
+    record read from one run and appended to another takes the shared values
+    its reader gives (merge), and only those its new run lacks."""
+    from lab import records as record_format
+
+    compact, expected, log = _compact_record()
+    assert record_format.callbacks(compact) == expected  # judged, not yet written: it carries its values
+    first = RunDir(str(tmp_path), "first")
+    written = first.append(compact)
+    assert record_format.CARRIED_FIELD not in compact  # the writer took them out: the record is as written
+    assert written == compact and record_format.callbacks(written) == expected  # read through its run
+    read, = read_cycles(first.cycles_path)
+    assert read == compact and read.reader.cycles_path == first.cycles_path
     assert record_format.callbacks(read) == expected and record_format.pmtest(read) == log
     second = RunDir(str(tmp_path), "second")
-    second.append(dict(read, cycle=7))
-    fresh_process()
+    with pytest.raises(record_format.RecordError, match="neither"):
+        second.append(dict(read, cycle=7))  # a plain copy knows no run, and "second" holds nothing yet
+    second.append(dict(read, cycle=7), shared=read.reader.shared_values([read]))
     moved, = read_cycles(second.cycles_path)
-    assert record_format.callbacks(moved) == expected
+    assert record_format.callbacks(moved) == expected and record_format.pmtest(moved) == log
     second.append(dict(moved, cycle=8))  # the run holds them already: not written again
     with open(os.path.join(second.path, record_format.SHARED_FILE)) as source:
         assert len(source.readlines()) == 2  # the layout and the pmtest log, once
-    fresh_process()
-    try:
-        RunDir(str(tmp_path), "third").append(dict(moved, cycle=9))  # values this process never saw
-    except record_format.RecordError as error:
-        assert "neither read" in str(error)
-    else:
-        raise AssertionError("a record whose shared values are unknown was written")
+    with open(second.cycles_path) as source:
+        assert record_format.CARRIED_FIELD not in source.read()
+
+
+def test_a_record_is_read_from_its_own_run_only(tmp_path):
+    """Two runs with the same callback layout and pmtest log, one of which
+    lost its shared.jsonl: having read the other run, in the same reader
+    pool even, does not make the damaged run's records readable."""
+    from lab import records as record_format
+
+    for name in ("whole", "damaged"):
+        compact, expected, log = _compact_record()
+        RunDir(str(tmp_path), name).append(compact)
+    os.unlink(os.path.join(str(tmp_path), "damaged", record_format.SHARED_FILE))
+    pool = record_format.SharedValues()
+    whole, = record_format.RunReader(os.path.join(str(tmp_path), "whole", "cycles.jsonl"), pool).read()
+    damaged, = record_format.RunReader(os.path.join(str(tmp_path), "damaged", "cycles.jsonl"), pool).read()
+    assert record_format.callbacks(whole) == expected and record_format.pmtest(whole) == log
+    assert damaged == whole
+    for read_back in (record_format.callbacks, record_format.callback_columns, record_format.callback_errors,
+                      record_format.pmtest):
+        with pytest.raises(record_format.RecordError, match="shared.jsonl"):
+            read_back(damaged)
+    with pytest.raises(record_format.RecordError, match="read it through its run"):
+        record_format.callbacks(dict(whole))  # a plain copy of a written record knows no run
+
+
+def test_a_fresh_process_reads_each_run_through_its_own_reader(tmp_path):
+    """In a new process, records of two runs read one after the other each
+    answer from their own run: no state carried over between reads."""
+    import subprocess
+    import sys
+
+    from lab import records as record_format
+
+    for name in ("a", "b"):
+        compact, expected, _ = _compact_record()
+        RunDir(str(tmp_path), name).append(compact)
+    os.unlink(os.path.join(str(tmp_path), "b", record_format.SHARED_FILE))
+    script = """if True:
+        import sys
+        from lab import records
+        a, = records.read_cycles(sys.argv[1] + "/a/cycles.jsonl")
+        b, = records.read_cycles(sys.argv[1] + "/b/cycles.jsonl")
+        calls = records.callbacks(a)
+        try:
+            records.callbacks(b)
+        except records.RecordError:
+            print(len(calls), "b refused")
+        else:
+            print(len(calls), "b answered from a's values")
+    """
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.stdout.split() == [str(len(expected)), "b", "refused"], done.stdout + done.stderr
+
+
+def test_the_records_module_keeps_no_state_between_runs():
+    """No mutable value at module level: every cache lives in a RunReader
+    (or a SharedValues its caller shares)."""
+    from lab import records as record_format
+
+    mutable = {name: type(value).__name__ for name, value in vars(record_format).items()
+               if not name.startswith("__") and (isinstance(value, (dict, list, set, bytearray))
+                                                 or type(value).__module__ == record_format.__name__)}
+    assert mutable == {}
+
+
+def test_a_shared_file_read_while_it_grows_gives_every_whole_line(tmp_path):
+    """A reader takes in what shared.jsonl gained since it last looked,
+    whole lines only."""
+    from lab import records as record_format
+
+    run = RunDir(str(tmp_path), "live")
+    compact, expected, _ = _compact_record()
+    run.append(compact)
+    reader = record_format.RunReader(run.cycles_path)
+    first, = reader.read()
+    assert reader.callbacks(first) == expected
+    with open(reader.shared_path, "a") as out:
+        out.write(json.dumps({"key": "x" * 20, "value": [1]})[:10])  # a line cut short
+    later = dict(record(2), record_version=3, pmtest_ref=record_format._content_key({"new": ["a"]}))
+    with pytest.raises(record_format.RecordError):
+        reader.pmtest(later)
+    with open(reader.shared_path, "a") as out:  # the cut line's rest, then a value a writer added
+        out.write(json.dumps({"key": "x" * 20, "value": [1]})[10:] + "\n")
+    append_records(run.cycles_path, [later], shared={later["pmtest_ref"]: {"new": ["a"]}})
+    assert reader.pmtest(later) == {"new": ["a"]}
+    assert len(reader.shared_keys()) == 3 and "x" * 20 not in reader.shared_keys()  # its key is not its hash
 
 
 def test_committed_version_2_and_1_recordings_still_read(tmp_path):
