@@ -1,20 +1,30 @@
-"""pmlab cycles as LAVA jobs on a LAVA server (pipelines/lava/lab-up's, or
-the user's own): split a plan into jobs, submit them with lavacli, follow
-them, fetch each job's log and turn every framed report into a normal pmlab
-record, judged by lab.cycle.judge_with_order and written by lab/records.py.
+"""The LAVA engine: a run's cycles as LAVA jobs on a LAVA server
+(pipelines/lava/lab-up's, or the user's own), behind the runner interface of
+lab.run (LavaEngine beside lab.run.LibvirtEngine): split the plan into
+jobs, submit them with lavacli, follow them, fetch each job's log and turn
+every framed report into a normal pmlab record, judged by
+lab.cycle.judge_with_order and written by lab/records.py.
 
-  /usr/bin/python3 -m pipelines.lava.jobs --mode 'mem/rtc*2' [--jobs 2]
-        [--inject CYCLE:KNOB=VALUE] [--artifacts DIR] [--results DIR] [--run-id ID]
-        [--identity pmlab] [--tags q35-ovmf]
+  ./pmlab run --engine lava --mode 'mem/rtc*2' [--lava-jobs 2] [--lava-tags q35-ovmf]
+        [--lava-identity pmlab] [--artifacts-url URL] [--inject CYCLE:KNOB=VALUE] ...
+
+Artifacts travel over HTTP, so a worker on another machine (or one that
+cannot see this machine's files: pipelines/lava/isolated-workers) runs the
+jobs: the run's kernel, initramfs, SSDT and swap image are copied into
+<run dir>/artifacts and served read-only by an HTTP server the engine starts
+(ArtifactServer, Python's http.server in a thread) on the address this
+machine reaches the LAVA server by (serve_address: the workers reach that
+address already), stopped in close(). --artifacts-url URL names an existing
+server that already serves <run dir>/artifacts (checked before the first
+job). The job's deploy action downloads from those http:// URLs.
 
 A server that stops answering (restarted, down) is asked again for up to
 SERVER_PATIENCE seconds; the jobs go on on the workers meanwhile.
 A job that ends early (its worker killed, canceled, a broken frame): the
 cycle it was in (its kernel begin marker is on the console, its report is
 not) is recorded as verdict "error", phase "lava", with the job id; the
-cycles it never began are submitted again in a new job (--retries times,
+cycles it never began are submitted again in a new job (--lab-reruns times,
 then recorded as errors). Every planned cycle gets exactly one record.
-Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
 
 Engine differences a reader of the records must know: there is no libvirt,
 so the host's proof of a cycle (libvirt's domain events) is taken from the
@@ -29,47 +39,50 @@ action ends it if it has not yet) before it is started again.
 Modes: mem/rtc, disk/platform (each S4 cycle ends a segment of the job: the
 next boot action relaunches QEMU on the same swap disk and the image is
 resumed) and pm_test-*. Refused: freeze (no power button), mem/pmwakeup (no
-QMP), disk/reboot, and "boot" knobs (the kernel command line of a LAVA job
-is the same for every boot).
+QMP), disk/reboot, "boot" knobs (the kernel command line of a LAVA job is
+the same for every boot), and guest settings the device's dictionary fixes
+(memory, CPUs, device set, libvirt URI, watchdogs: LAVA's job timeouts).
 
 A job runs on one machine profile, named by its device tags (each device of
 lab-up's is tagged with its profile: q35-ovmf, pc-seabios): its kernel
-command line carries that profile's words from lab/virt.py PROFILES, the
+command line carries that profile's words from lab/profiles.py PROFILES, the
 same as a libvirt guest's (lab/guest.py): the firmware errata
-(lab.virt.errata_cmdline; q35-ovmf: memmap=4K$0x808000, --no-firmware-errata
-leaves it off) and pmtest_ramguard's window (lab.virt.ramguard_cmdline). A
-pmtest_ramguard line in a cycle's console is the platform's fail
-(lab.cycle.judge), even when the damage killed the cycle's report.
+(errata_cmdline; q35-ovmf: memmap=4K$0x808000, --no-firmware-errata leaves
+it off) and pmtest_ramguard's window (ramguard_cmdline). A pmtest_ramguard
+line in a cycle's console is the platform's fail (lab.cycle.judge), even
+when the damage killed the cycle's report.
 """
 
-import argparse
 import base64
 import datetime
+import functools
 import gzip
 import hashlib
+import http.server
 import os
 import re
 import shutil
+import socket
 import subprocess
-import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import yaml
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from lab import console, guest_report
+from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order, keep_evidence
+from lab.errors import LabError
+from lab.guest import BASE_CMDLINE
+from lab.profiles import PROFILES, errata_cmdline, ramguard_cmdline
+from lab.records import EVENTS_FIELD, RECORD_VERSION
+from lab.request import Guest, Lava, pmtest_tree_cmdline
 
-from lab import console, guest_report, modes  # noqa: E402
-from lab.cycle import FRESH_BOOT, cycle_arguments, judge_with_order  # noqa: E402
-from lab.guest import BASE_CMDLINE  # noqa: E402
-from lab.records import EVENTS_FIELD, RECORD_VERSION, RunDir, new_run_id, report_path  # noqa: E402
-from lab import virt  # noqa: E402
-from lab.virt import LabError  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 SWAP_BYTES = 256 << 20  # S3 needs none; hibernation of a 512 MiB guest fits
+ARTIFACTS = ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml")  # what a job deploys, with swap.img
 LAVA_MODES = ("mem/rtc", "pm_test")
 BEGIN = re.compile(r"pmlab-lava: report-begin cycle=(?P<cycle>\d{1,9}) status=(?P<status>\d{1,3}) "
                    r"token=(?P<token>[0-9a-f-]{1,64}) boot_id=(?P<boot_id>[0-9a-f-]{1,64}) "
@@ -87,10 +100,15 @@ FINISHED = ("Finished", "Canceled")
 # How long run_plan keeps asking a server that does not answer (restarted,
 # down) before it gives up: the jobs run on the workers meanwhile.
 SERVER_PATIENCE = 600
+# What the devices of pipelines/lava/lab-up give a guest (their dictionaries
+# set QEMU's -m and no -smp): a request asking for another size is refused,
+# not silently run on this one.
+DEVICE_GUEST = Guest()
 
 
-class LavaError(Exception):
-    pass
+class LavaError(LabError):
+    """lavacli failed, or the server did not answer (for SERVER_PATIENCE
+    seconds when asked patiently): lab.run reports it as a setup error."""
 
 
 def check_mode(mode):
@@ -108,30 +126,47 @@ def check_knobs(number, knobs):
     return tuple(knobs)
 
 
+def check_guest(guest):
+    """LabError for a guest setting a LAVA job cannot honour: the device's
+    dictionary fixes the machine (memory, CPUs, devices), LAVA's job
+    timeouts stand in for the watchdogs, and there is no libvirt."""
+    fixed = {"uri": "--uri (there is no libvirt: the LAVA server runs the guest)",
+             "memory": "--memory (the LAVA device's dictionary sets QEMU's memory: 512 MiB on lab-up's)",
+             "vcpus": "--vcpus (the LAVA device's dictionary sets the CPUs: 1 on lab-up's)",
+             "devices": "--devices (a LAVA device has only the lab's own plumbing, the lean set)",
+             "watchdogs": "--watchdog (LAVA's job and action timeouts end a hung job)"}
+    for name, what in fixed.items():
+        if getattr(guest, name) != getattr(DEVICE_GUEST, name):
+            values = "" if name == "watchdogs" else f" ({getattr(DEVICE_GUEST, name)!r}, not {getattr(guest, name)!r})"
+            raise LabError(f"{what} cannot be set for a LAVA job: leave it at its default{values}")
+    return guest
+
+
 # ------------------------------------------------------------------ jobs
 
 def job_profile(tags):
-    """The machine profile (lab.virt.PROFILES) a job with device `tags` runs
+    """The machine profile (lab/profiles.py PROFILES) a job with device `tags` runs
     on: exactly one of the tags must name one. Its kernel command line
     depends on the profile (firmware errata, pmtest_ramguard's window), so a
     job that could land on either profile's devices is refused: ask for one
     profile per job (run it twice for both)."""
-    named = [tag for tag in tags if tag in virt.PROFILES]
+    named = [tag for tag in tags if tag in PROFILES]
     if len(named) != 1:
         raise LabError(f"the LAVA job's tags {list(tags)} must name exactly one machine profile "
-                       f"({', '.join(virt.PROFILES)}): the kernel command line carries the profile's "
-                       f"firmware errata and pmtest_ramguard words (lab/virt.py PROFILES)")
+                       f"({', '.join(PROFILES)}): the kernel command line carries the profile's "
+                       f"firmware errata and pmtest_ramguard words (lab/profiles.py PROFILES)")
     return named[0]
 
 
-def kernel_args(plan, profile="q35-ovmf", firmware_errata=True):
+def kernel_args(plan, profile="q35-ovmf", firmware_errata=True, pmtest_tree=None):
     """The guest's command line for `plan` [(number, mode, knobs)] on a
     device of `profile`: the words of a libvirt guest's (lab/guest.py), from
-    the same place (lab/virt.py PROFILES), then the plan."""
+    the same place (lab/profiles.py PROFILES), pmtest's tree size, then the plan."""
     lines = "".join(cycle_arguments(mode, number, knobs) + "\n" for number, mode, knobs in plan)
     encoded = base64.b64encode(gzip.compress(lines.encode(), mtime=0)).decode()
-    errata = virt.errata_cmdline(profile) if firmware_errata else ""
-    args = " ".join(word for word in (BASE_CMDLINE, errata, virt.ramguard_cmdline(profile),
+    errata = errata_cmdline(profile) if firmware_errata else ""
+    args = " ".join(word for word in (BASE_CMDLINE, errata, ramguard_cmdline(profile),
+                                      pmtest_tree_cmdline(pmtest_tree),
                                       f"pmlab.mode=lava pmlab.plan={encoded}") if word)
     if len(args) > 2000:  # x86 COMMAND_LINE_SIZE is 2048
         raise LabError(f"a LAVA job of {len(plan)} cycles does not fit on the kernel command line; "
@@ -139,10 +174,108 @@ def kernel_args(plan, profile="q35-ovmf", firmware_errata=True):
     return args
 
 
-def render_job(plan, artifacts_dir, job_name, tags=("q35-ovmf",), firmware_errata=True):
+# The job, a Jinja2 template. pmlab's own guest (kernel, initramfs with
+# guest/init, pmtest's SSDT, a swap disk) boots with pmlab.mode=lava;
+# guest/init runs guest/pmlab-cycle once per line of pmlab.plan and prints
+# each report framed (pmlab-lava: report-begin ... report-end). LAVA only
+# watches the console: the first boot action waits for "pmlab-lava: ready", a
+# monitor test from "pmlab-lava: start" to "pmlab-lava: done", one LAVA
+# result per report. Each S4 (disk) cycle ends a segment: its monitor also
+# ends when the kernel, after marking the image in swap ("PM: S|"), enters
+# ACPI S4 ("Preparing to enter system sleep state S4", printed a second time
+# then); QEMU powers off and the next boot action launches QEMU again on the
+# same deployed files (the swap disk holds the image), the boot kernel's init
+# resumes it and the resumed guest prints the report. The deploy downloads
+# every file from artifacts_url (http://: the run's ArtifactServer).
+JOB_TEMPLATE = r"""# pmlab LAVA job (lab/lava.py JOB_TEMPLATE)
+device_type: qemu
+job_name: "{{ job_name }}"
+visibility: public
+priority: medium
+{% if tags %}
+tags:
+{% for tag in tags %}
+- {{ tag }}
+{% endfor %}
+{% endif %}
+
+timeouts:
+  job:
+    minutes: {{ job_minutes }}
+  action:
+    minutes: {{ test_minutes }}
+  connection:
+    minutes: 2
+
+context:
+  arch: amd64
+
+actions:
+- deploy:
+    timeout:
+      minutes: 3
+    to: tmpfs
+    images:
+      kernel:
+        image_arg: -kernel {kernel} -append "{{ kernel_args }}"
+        url: "{{ artifacts_url }}/bzImage"
+      ramdisk:
+        image_arg: -initrd {ramdisk}
+        url: "{{ artifacts_url }}/initramfs.cpio.gz"
+      ssdt:
+        image_arg: -acpitable file={ssdt}
+        url: "{{ artifacts_url }}/pmtest-ssdt.aml"
+      swap:
+        image_arg: -drive format=raw,if=virtio,cache=unsafe,file={swap}
+        url: "{{ artifacts_url }}/swap.img"
+
+{% for segment in range(segments) %}
+- boot:
+    timeout:
+      minutes: {{ boot_minutes }}
+    method: qemu
+    media: tmpfs
+    prompts:
+{% if loop.first %}
+    - 'pmlab-lava: ready'
+{% else %}
+    - 'pmlab-init: boot_id'
+{% endif %}
+
+- test:
+    timeout:
+      minutes: {{ test_minutes }}
+    monitors:
+    - name: pmlab-cycles-{{ segment + 1 }}
+{% if loop.first %}
+      start: 'pmlab-lava: start'
+{% else %}
+      start: 'pmlab-init: looking for a hibernation image'
+{% endif %}
+      end: 'pmlab-lava: done|PM: S\|.*?Preparing to enter system sleep state S4'
+      pattern: 'pmlab-lava: report-begin cycle=(?P<test_case_id>\d+) status=(?P<result>\d+)'
+      fixupdict:
+        '0': pass
+        '1': fail
+        '2': fail
+{% endfor %}
+"""
+
+
+def check_url(url):
+    """`url` if it is an http(s):// URL (a worker on another machine can
+    fetch it); LabError otherwise."""
+    parsed = urllib.parse.urlsplit(str(url or ""))
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise LabError(f"artifacts URL '{url}' is not http:// or https://: a LAVA worker fetches the "
+                       f"run's artifacts over HTTP (a file:// URL works only on the submitting machine)")
+    return str(url).rstrip("/")
+
+
+def render_job(plan, artifacts_url, job_name, tags=("q35-ovmf",), firmware_errata=True, pmtest_tree=None):
     import jinja2
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
     # Under TCG: boot ~20 s (OVMF), an S3 cycle with a 2 s RTC alarm and
     # its report ~15 s, an S4 cycle (image written, QEMU relaunched, image
     # read back) about a minute; generous, LAVA's timeout is only the last
@@ -151,10 +284,10 @@ def render_job(plan, artifacts_dir, job_name, tags=("q35-ovmf",), firmware_errat
     segments = 1 + disk
     test_minutes = 3 + len(plan) + 3 * disk
     boot_minutes = 4
-    text = env.get_template("job-cycles.yaml").render(
-        job_name=job_name, tags=list(tags), artifacts_url="file://" + os.path.abspath(artifacts_dir),
-        kernel_args=kernel_args(plan, job_profile(tags), firmware_errata), boot_minutes=boot_minutes, test_minutes=test_minutes,
-        segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10)
+    text = env.from_string(JOB_TEMPLATE).render(
+        job_name=job_name, tags=list(tags), artifacts_url=check_url(artifacts_url),
+        kernel_args=kernel_args(plan, job_profile(tags), firmware_errata, pmtest_tree), boot_minutes=boot_minutes,
+        test_minutes=test_minutes, segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10)
     yaml.safe_load(text)
     return text
 
@@ -177,22 +310,142 @@ def initramfs_init(path):
     return None
 
 
-def prepare_artifacts(source, target):
-    """Copy the kernel, initramfs and SSDT of `source` into `target` with a
-    sparse swap image: LAVA downloads from there (file://) for every job."""
-    os.makedirs(target, exist_ok=True)
-    for name in ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml"):
+def check_artifacts(source):
+    """`source` if it holds what a LAVA job deploys and its initramfs runs a
+    plan by itself (guest/init's pmlab.mode=lava); LabError naming the gap."""
+    for name in ARTIFACTS:
         path = os.path.join(source, name)
         if not os.path.isfile(path):
             raise LabError(f"{path} missing: build the kernel and initramfs first")
-        shutil.copy2(path, os.path.join(target, name))
     init = initramfs_init(os.path.join(source, "initramfs.cpio.gz")) or ""
     if "pmlab-lava: ready" not in init:
         raise LabError(f"{source}/initramfs.cpio.gz has a guest/init without pmlab.mode=lava: "
                        f"rebuild it (lab/build-initramfs {source})")
+    return source
+
+
+def prepare_artifacts(source, target):
+    """Copy the kernel, initramfs and SSDT of `source` into `target` with a
+    sparse swap image: the run's artifacts directory, which LAVA's workers
+    download from over HTTP (ArtifactServer) for every job."""
+    check_artifacts(source)
+    os.makedirs(target, exist_ok=True)
+    for name in ARTIFACTS:
+        shutil.copy2(os.path.join(source, name), os.path.join(target, name))
     with open(os.path.join(target, "swap.img"), "wb") as out:
         out.truncate(SWAP_BYTES)
     return target
+
+
+# ------------------------------------------------------------------ artifacts over HTTP
+
+class _ArtifactHandler(http.server.SimpleHTTPRequestHandler):
+    """GET and HEAD of the files in one directory: no listing, no upload (no
+    method but GET and HEAD exists), nothing outside it (http.server's
+    translate_path), each request logged to the server's log file."""
+
+    server_version = "pmlab-artifacts"
+
+    def list_directory(self, path):
+        self.send_error(404, "no listing")
+        return None
+
+    def log_message(self, format, *args):
+        log = self.server.log
+        if log is not None:
+            log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.address_string()} {format % args}\n")
+            log.flush()
+
+
+class ArtifactServer:
+    """A run's artifacts directory served read-only over HTTP from a thread
+    of this process, on `host` (an address of this machine the workers
+    reach) and a free port. `url` is what the jobs download from; stop()
+    ends it. Each request goes to `log_path` (client address, request, status)."""
+
+    def __init__(self, directory, host, log_path=None):
+        self.directory = os.path.abspath(directory)
+        handler = functools.partial(_ArtifactHandler, directory=self.directory)
+        try:
+            self.httpd = http.server.ThreadingHTTPServer((host, 0), handler)
+        except OSError as error:
+            raise LabError(f"cannot serve the run's artifacts on {host}: {error.strerror or error} "
+                           f"(give --artifacts-url for a server of your own)") from None
+        self.httpd.daemon_threads = True
+        self.httpd.log = open(log_path, "a") if log_path else None
+        port = self.httpd.server_address[1]
+        self.url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="pmlab-artifacts", daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+        if self.httpd.log is not None:
+            self.httpd.log.close()
+
+
+def identity_uri(identity):
+    """The server URI of a lavacli identity (lavacli identities show);
+    LabError when lavacli or the identity is missing."""
+    try:
+        done = subprocess.run(["lavacli", "identities", "show", identity], capture_output=True, text=True,
+                              timeout=60)
+    except FileNotFoundError:
+        raise LabError("lavacli missing: run pipelines/lava/install --server") from None
+    except subprocess.TimeoutExpired:
+        raise LabError(f"lavacli identities show {identity} did not answer in 60 s") from None
+    try:
+        uri = (yaml.safe_load(done.stdout) or {}).get("uri") if done.returncode == 0 else None
+    except (yaml.YAMLError, AttributeError):
+        uri = None
+    if not uri:
+        raise LabError(f"no lavacli identity '{identity}' (--lava-identity): pipelines/lava/lab-up adds "
+                       f"'pmlab'; for another server: lavacli identities add --uri URL/RPC2 --username U "
+                       f"--token T {identity}")
+    return uri
+
+
+def serve_address(server_uri):
+    """The address of this machine the LAVA workers reach: the server's own
+    address when the server runs here (its workers reach it there), else the
+    address this machine sends from towards the server."""
+    host = urllib.parse.urlsplit(server_uri).hostname or ""
+    try:
+        address = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
+    except (socket.gaierror, IndexError, UnicodeError):
+        raise LabError(f"the LAVA server's host '{host}' ({server_uri}) does not resolve") from None
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((address, 0))  # one of ours
+            return address
+        except OSError:
+            pass
+        try:
+            probe.connect((address, 9))  # no packet is sent: only the route is looked up
+            return probe.getsockname()[0]
+        except OSError as error:
+            raise LabError(f"no route to the LAVA server {address} ({server_uri}): {error.strerror}") from None
+
+
+def check_served(url, directory):
+    """LabError unless `url` serves `directory`'s files (HEAD of each: the
+    same sizes): --artifacts-url names a server of the user's own."""
+    for name in sorted(os.listdir(directory)):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(f"{url}/{name}", method="HEAD"),
+                                        timeout=30) as answer:
+                size = answer.headers.get("Content-Length")
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise LabError(f"--artifacts-url {url} does not serve the run's artifacts ({directory}): "
+                           f"HEAD {url}/{name}: {getattr(error, 'reason', error)}") from None
+        expected = os.path.getsize(os.path.join(directory, name))
+        if size is not None and int(size) != expected:
+            raise LabError(f"--artifacts-url {url} serves another {name} than {directory} "
+                           f"({size} bytes, not {expected})")
+    return url
 
 
 def lavacli(identity, *args, timeout=120):
@@ -375,7 +628,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
                   "knobs": [list(k) for k in knobs]}
         if profile:  # as lab.session's records
             record.update(profile=profile,
-                          firmware_errata=virt.errata_cmdline(profile) if firmware_errata else "")
+                          firmware_errata=errata_cmdline(profile) if firmware_errata else "")
         frame = found.get(number)
         marker = console.BEGIN.format(cycle=number)
         begin_index = next((index for index, text in enumerate(texts)
@@ -398,7 +651,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
             events = console_events(mode, evidence, time.time(), relaunches)
             record.update(**{EVENTS_FIELD: events}, events_source=EVENTS_SOURCE, timeline=[])
             record.update(judge_with_order(mode, None, 0, events, evidence, [], None, None))
-            record["evidence"] = evidence
+            keep_evidence(rundir, record, None, evidence)
             records.append(record)
             continue
         if frame is None or frame["report"] is None:
@@ -417,9 +670,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
         stamp = end.timestamp() if end else time.time()
         events = console_events(mode, evidence, stamp, relaunches, frame["report"])
         record.update(token=frame["token"], guest_boot_id=frame["boot_id"], **{EVENTS_FIELD: events},
-                      events_source=EVENTS_SOURCE,
-                      report=rundir.write_file(report_path(number), frame["report"], compress=True),
-                      report_status=frame["status"], timeline=[])
+                      events_source=EVENTS_SOURCE, report_status=frame["status"], timeline=[])
         if start:
             record["host_start"] = start.isoformat(timespec="milliseconds")
         if end:
@@ -428,7 +679,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
             record["host_seconds"] = round((end - start).total_seconds(), 3)
         record.update(judge_with_order(mode, frame["report"], frame["status"], events, evidence, [],
                                        frame["token"], frame["boot_id"]))
-        record["evidence"] = evidence
+        keep_evidence(rundir, record, frame["report"], evidence)  # by the run's --keep
         records.append(record)
     return records, lost
 
@@ -448,24 +699,44 @@ def split(plan, jobs):
 
 
 def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
-             poll_seconds=5, on_submitted=None, log=print, run_id=None, firmware_errata=True):
+             poll_seconds=5, on_submitted=None, log=print, run_id=None, firmware_errata=True,
+             pmtest_tree=None, on_finished=None):
     """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
-    every cycle into `rundir` (lab.records.RunDir). Cycles a job never began
-    are resubmitted up to `retries` times. `tags` name the machine profile
-    (job_profile); firmware_errata=False leaves its errata off the kernel
-    command line. Returns the final records, one per planned cycle."""
+    every cycle into `rundir` (lab.records.RunDir). `artifacts`: the http(s)
+    URL the jobs download from, or a directory (prepare_artifacts') served
+    over HTTP by an ArtifactServer for as long as this runs. Cycles a job
+    never began are resubmitted up to `retries` times. `tags` name the
+    machine profile (job_profile); firmware_errata=False leaves its errata
+    off the kernel command line. on_submitted(job_id, part) and
+    on_finished(job_id) follow the jobs. Returns the final records, one per
+    planned cycle, in plan order."""
     profile = job_profile(tags)
     for number, mode, knobs in plan:
         check_mode(mode)
         check_knobs(number, knobs)
     run_id = run_id or rundir.run_id
     os.makedirs(rundir.file("lava"), exist_ok=True)
+    server = None
+    if not urllib.parse.urlsplit(str(artifacts)).scheme:
+        server = ArtifactServer(artifacts, serve_address(identity_uri(identity)), rundir.file("lava", "http.log"))
+        artifacts = server.url
+        log(f"lava: serving {server.directory} at {artifacts} (read-only; requests in lava/http.log)")
+    try:
+        return _run_jobs(plan, rundir, check_url(artifacts), identity, jobs, tags, retries, poll_seconds,
+                         on_submitted, on_finished, log, run_id, profile, firmware_errata, pmtest_tree)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_jobs(plan, rundir, artifacts_url, identity, jobs, tags, retries, poll_seconds, on_submitted, on_finished,
+              log, run_id, profile, firmware_errata, pmtest_tree):
     final, pending, attempt, lost_in = {}, list(plan), 0, {}
     while pending and attempt <= retries:
         running = {}
         for part in split(pending, jobs):
             name = f"pmlab {rundir.run_id} cycles {part[0][0]}-{part[-1][0]}" + (f" retry {attempt}" if attempt else "")
-            text = render_job(part, artifacts, name, tags, firmware_errata)
+            text = render_job(part, artifacts_url, name, tags, firmware_errata, pmtest_tree)
             job_id = patiently(submit, identity, text, log=log)
             with open(rundir.file("lava", f"job-{job_id}.yaml"), "w") as out:
                 out.write(text)
@@ -481,6 +752,8 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
                 if job.get("state") not in FINISHED:
                     continue
                 part = running.pop(job_id)
+                if on_finished:
+                    on_finished(job_id)
                 entries = patiently(job_log, identity, job_id, log=log)
                 if job.get("device"):
                     job["worker"] = patiently(device_worker, identity, job["device"], log=log)
@@ -509,49 +782,101 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
     return [final[number] for number, _, _ in plan]
 
 
-def plan_from(mode_specs, injections):
-    """[(number, mode, knobs)] from --mode specs and --inject items."""
-    from lab.run import parse_injections
-    knobs = parse_injections(injections)
-    names = modes.expand(mode_specs)
-    return [(number, check_mode(modes.mode_of(name)), check_knobs(number, knobs.get(number, ())))
-            for number, name in enumerate(names, start=1)]
+# ------------------------------------------------------------------ the engine
+
+def job_tags(request):
+    """The device tags a request's jobs ask for: --lava-tags, naming exactly
+    one machine profile; tags naming none, or none given, get --profile's. A
+    profile tag other than --profile's is refused: the kernel command line
+    carries the profile's words."""
+    tags = tuple(tag for tag in request.lava.tags if tag)
+    if tags == Lava().tags:  # not asked for: the default profile's tag stands for --profile's
+        tags = (request.guest.profile,)
+    named = [tag for tag in tags if tag in PROFILES]
+    if not named:
+        tags += (request.guest.profile,)
+    elif len(named) == 1 and named[0] != request.guest.profile:
+        raise LabError(f"--lava-tags ask for {named[0]} devices but the profile is {request.guest.profile}: "
+                       f"give --profile {named[0]}, or --lava-tags naming {request.guest.profile}")
+    job_profile(tags)
+    return tags
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m pipelines.lava.jobs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", action="append", required=True, help="MODE[/WAKE][*N], as everywhere")
-    parser.add_argument("--inject", action="append", default=[], help="CYCLE:KNOB=VALUE")
-    parser.add_argument("--jobs", type=int, default=2, help="jobs run at once (one per worker)")
-    parser.add_argument("--artifacts", default=os.path.join(REPO, "build", "out"))
-    parser.add_argument("--results", default=os.path.join(REPO, "results"))
-    parser.add_argument("--run-id")
-    parser.add_argument("--identity", default="pmlab", help="lavacli identity (lavacli identities add)")
-    parser.add_argument("--tags", default="q35-ovmf", help="device tags the jobs ask for, comma-separated")
-    parser.add_argument("--retries", type=int, default=1)
-    parser.add_argument("--no-firmware-errata", dest="firmware_errata", action="store_false",
-                        help="boot without the profile's firmware errata (lab/virt.py PROFILES), as lab.run's")
-    args = parser.parse_args(argv)
-    try:
-        plan = plan_from(args.mode, args.inject)
-        run_id = args.run_id or "lava-" + new_run_id()
-        rundir = RunDir(args.results, run_id)
-        artifacts = prepare_artifacts(args.artifacts, rundir.file("artifacts"))
-        records = run_plan(plan, rundir, artifacts, args.identity, args.jobs,
-                           [t for t in args.tags.split(",") if t], args.retries,
-                           firmware_errata=args.firmware_errata)
-    except (LabError, LavaError) as error:
-        print(f"lava/jobs: {error}", file=sys.stderr)
-        return 2
-    rundir.write_summary({"engine": "lava"})
-    for record in records:
-        print(f"cycle {record['cycle']:>3} {record['mode']}/{record['wake']}: {record['verdict'].upper()}"
-              + (f" ({record.get('phase')}: {record.get('reason')})" if record["verdict"] != "pass" else "")
-              + f" [job {record['lava_job']}]")
-    print(f"results: {rundir.path}")
-    return 0 if all(r["verdict"] == "pass" for r in records) else 1
+class LavaEngine:
+    """Cycles as LAVA jobs on a LAVA server (lab.run's runner interface, as
+    lab.run.LibvirtEngine): up to request.lava.jobs jobs at once, their
+    artifacts over HTTP. Constructed from a RunRequest whose engine is
+    "lava"; LabError for what LAVA cannot run or what is missing."""
 
+    def __init__(self, request):
+        lava = request.lava
+        if lava.jobs < 1:
+            raise LabError(f"--lava-jobs must be at least 1, not {lava.jobs}")
+        self.request = request
+        self.tags = job_tags(request)
+        self.profile = job_profile(self.tags)
+        for cycle in request.cycles:
+            check_mode(cycle.mode)
+            check_knobs(cycle.number, cycle.knobs)
+        check_guest(request.guest)
+        if request.sleepgraph:
+            raise LabError("--sleepgraph cannot be asked of a LAVA run: its cycles keep their reports "
+                           "(reports/cycleN.txt.gz) for ./pmlab sleepgraph afterwards")
+        kernel_args([(c.number, c.mode, c.knobs) for c in request.cycles[:1]], self.profile,
+                    request.guest.firmware_errata, request.guest.pmtest_tree)
+        if lava.artifacts_url:
+            check_url(lava.artifacts_url)
+        check_artifacts(request.artifacts)
+        self.server_uri = identity_uri(lava.identity)
+        try:  # a server down from the start is bad setup, not a restart to wait out
+            lavacli(lava.identity, "system", "version", timeout=60)
+        except LavaError as error:
+            raise LabError(f"the LAVA server of identity '{lava.identity}' ({self.server_uri}) does not answer "
+                           f"(pipelines/lava/lab-up starts this machine's): {error}") from None
+        self.server = None
+        self.url = lava.artifacts_url and lava.artifacts_url.rstrip("/")
+        self.submitted, self.unfinished = [], set()
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def where(self):
+        lava = self.request.lava
+        served = f"artifacts {self.url}" if self.url else "artifacts over HTTP from this run"
+        return (f"{self.request.artifacts} as LAVA jobs on {self.server_uri} ({lava.identity}; "
+                f"{lava.jobs} at once, tags {','.join(self.tags)}; {served})")
+
+    def cycles(self, rundir):
+        """The final records in plan order, under the request's plan numbers."""
+        request, lava = self.request, self.request.lava
+        staged = prepare_artifacts(request.artifacts, rundir.file("artifacts"))
+        if self.url:
+            check_served(self.url, staged)
+        else:
+            os.makedirs(rundir.file("lava"), exist_ok=True)
+            self.server = ArtifactServer(staged, serve_address(self.server_uri), rundir.file("lava", "http.log"))
+            self.url = self.server.url
+            print(f"lava: serving {staged} at {self.url} (read-only; requests in lava/http.log)", flush=True)
+        plan = [(cycle.number, cycle.mode, cycle.knobs) for cycle in request.cycles]
+
+        def submitted(job_id, part):
+            self.submitted.append(job_id)
+            self.unfinished.add(job_id)
+        return run_plan(plan, rundir, self.url, lava.identity, lava.jobs, self.tags, retries=request.lab_reruns,
+                        on_submitted=submitted, on_finished=self.unfinished.discard,
+                        log=lambda text: print(text, flush=True), run_id=request.run_id,
+                        firmware_errata=request.guest.firmware_errata, pmtest_tree=request.guest.pmtest_tree)
+
+    def close(self):
+        """Cancel the jobs still running (an interrupted run), stop the artifact server."""
+        for job_id in sorted(self.unfinished):
+            try:
+                lavacli(self.request.lava.identity, "jobs", "cancel", str(job_id), timeout=60)
+                print(f"lava: canceled job {job_id}", flush=True)
+            except LavaError as error:
+                print(f"lava: job {job_id} not canceled: {error}", flush=True)
+        self.unfinished.clear()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def summary(self):
+        return {"engine": "lava", "lava_server": self.server_uri, "lava_jobs": self.submitted,
+                "lava_tags": list(self.tags), "artifacts_url": self.url}

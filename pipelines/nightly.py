@@ -282,7 +282,7 @@ def lava_chunk(args, rundir, run_id, numbers, chunk_modes):
     (no renumbering), written by run_plan through lab.records. Returns the
     run's records."""
     from lab.modes import mode_of
-    from pipelines.lava import jobs as lava_jobs
+    from lab import lava as lava_jobs
     knobs = parse_injections(args.inject)
     artifacts_dir = rundir.file("artifacts")
     if not os.path.isfile(os.path.join(artifacts_dir, "swap.img")):

@@ -21,11 +21,9 @@ import sys
 import pytest
 
 from conftest import artifacts_dir
-from lab.records import RunDir, read_cycles
+from lab.records import read_cycles
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from pipelines.lava import jobs  # noqa: E402
 
 # install + lab-up + this test from scratch take longer than CI's 5 minutes
 # (numbers in pipelines/README.md): a pipeline test.
@@ -67,22 +65,33 @@ def _pmtest_callbacks(record):
     return None
 
 
+def lava_run(results, run_id, plan_args, *engine_args, artifacts=None):
+    """`python3 -m lab.run --engine lava` (the LAVA engine, lab/lava.py) with
+    no reruns: (its final records, its summary, its output)."""
+    command = [sys.executable, "-m", "lab.run", "--engine", "lava", "--results", results, "--run-id", run_id,
+               "--lab-reruns", "0", "--profile", PROFILE, *plan_args, *engine_args]
+    command += ["--artifacts", artifacts] if artifacts else []
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode in (0, 1), f"lab.run --engine lava failed ({done.returncode}):\n{output}"
+    records = [r for r in read_cycles(os.path.join(results, run_id, "cycles.jsonl")) if r.get("status") == "done"]
+    with open(os.path.join(results, run_id, "summary.json")) as source:
+        return records, json.load(source), output
+
+
 def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path):
     config = request.config
     results = config.getoption("--lab-results")
     artifacts = _artifacts(config)
 
-    rundir = RunDir(results, f"{config.pmlab_run_id}-lava")
-    staged = jobs.prepare_artifacts(artifacts, rundir.file("artifacts"))
-    plan = jobs.plan_from(MODES, INJECT)
-    submitted = []
-    lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0, tags=(PROFILE,),
-                         on_submitted=lambda job_id, part: submitted.append(job_id))
-    assert len(submitted) == 2
+    plan_args = [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
+    lava, summary, output = lava_run(results, f"{config.pmlab_run_id}-lava", plan_args, "--lava-jobs", "2",
+                                     artifacts=artifacts)
+    assert len(summary["lava_jobs"]) == 2, output
     workers = {record.get("worker") for record in lava}  # None: a cycle that never started
     outcomes = [(r["cycle"], r["verdict"], (r.get("reason") or "")[:200]) for r in lava]
-    assert workers == {"pmlab-w1", "pmlab-w2"}, f"not both workers, or cycles never started: {outcomes}"
-    assert [r["cycle"] for r in read_cycles(rundir.cycles_path)] == [1, 2, 3, 4, 5]  # one record each
+    assert workers == {"pmlab-w1", "pmlab-w2"}, f"not both workers, or cycles never started: {outcomes}\n{output}"
+    assert [r["cycle"] for r in lava] == [1, 2, 3, 4, 5]  # one record each
 
     libvirt_run = f"{config.pmlab_run_id}-libvirt"
     command = [sys.executable, "-m", "lab.run", "--artifacts", artifacts, "--results", results,
