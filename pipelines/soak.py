@@ -42,7 +42,7 @@ if __package__ in (None, ""):
 
 from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
-from lab.run import parse_injections  # noqa: E402
+from lab.request import parse_injections  # noqa: E402
 from lab.virt import PROFILES, LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
