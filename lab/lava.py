@@ -489,9 +489,20 @@ def submit(identity, job_text):
     return int(output.split()[-1])
 
 
+def lavacli_yaml(identity, *args, timeout=120):
+    """lavacli's YAML output, parsed; LavaError (asked again by patiently)
+    for output that is not YAML (cut short by a server going away)."""
+    text = lavacli(identity, *args, timeout=timeout)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise LavaError(f"lavacli -i {identity} {' '.join(args)} printed no readable YAML: "
+                        f"{str(error).splitlines()[0]}") from None
+
+
 def job_state(identity, job_id):
     """{"state", "health", "device", ...} of a job (lavacli jobs show --yaml)."""
-    return yaml.safe_load(lavacli(identity, "jobs", "show", "--yaml", str(job_id))) or {}
+    return lavacli_yaml(identity, "jobs", "show", "--yaml", str(job_id)) or {}
 
 
 def device_worker(identity, device):
@@ -504,7 +515,7 @@ def device_worker(identity, device):
 
 def job_log(identity, job_id):
     """The job log as a list of {"dt", "lvl", "msg"} entries."""
-    return yaml.safe_load(lavacli(identity, "jobs", "logs", "--raw", str(job_id), timeout=300)) or []
+    return lavacli_yaml(identity, "jobs", "logs", "--raw", str(job_id), timeout=300) or []
 
 
 # ------------------------------------------------------------------ the log

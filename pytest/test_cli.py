@@ -101,7 +101,7 @@ def test_lava_actions_become_the_lab_scripts():
         os.path.join(lava, "lab-up"), "--workers", "3", "--listen", "10.0.0.1", "--isolated-workers", "2"]
     assert cli.lava_command(["down", "--server"]) == [os.path.join(lava, "lab-down"), "--server"]
     assert cli.lava_command(["status"]) == [os.path.join(lava, "lab-status")]
-    for script in ("lab-up", "lab-down", "lab-status"):
+    for script in ("lab-up", "lab-down", "lab-status", "isolated-workers"):
         assert os.access(os.path.join(lava, script), os.X_OK), script
 
 

@@ -291,3 +291,14 @@ def test_a_ramguard_line_still_judges_a_cycle_whose_report_the_damage_killed(tmp
     assert [(r["cycle"], r["verdict"], r["phase"]) for r in records] == [(1, "fail", "platform")]
     assert records[0]["firmware_errata"] == "memmap=4K$0x808000"
     assert [number for number, _, _ in lost] == [2, 3]
+
+
+def test_a_job_log_cut_short_is_asked_for_again_not_a_crash(monkeypatch):
+    """lavacli printing a log cut in the middle of a YAML entry (a server
+    going away) is a LavaError, which patiently() asks again."""
+    answers = iter(["- {dt: '2026-12-05T04:49:39', lvl: target, msg: 'pmlab-lava: st", "- {lvl: target, msg: x}\n"])
+    monkeypatch.setattr(jobs, "lavacli", lambda identity, *args, timeout=120: next(answers))
+    with pytest.raises(jobs.LavaError, match="no readable YAML"):
+        jobs.job_log("pmlab", 1)
+    assert jobs.job_log("pmlab", 1) == [{"lvl": "target", "msg": "x"}]
+    assert issubclass(jobs.LavaError, LabError)  # lab.run reports a server that never answers as bad setup
