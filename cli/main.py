@@ -194,21 +194,34 @@ def bisect(argv):
     return pipeline.main(argv)
 
 
-LAVA_DOC = """Run pmlab's LAVA S3 job end to end on this machine with lava-run (no
-LAVA server): pipelines/lava/run-local. S3 cycles woken by the guest's RTC
-alarm, judged from the job log into RESULTS/<run-id>/cycles.jsonl.
+LAVA_DOC = """Manage the LAVA lab on this machine: Debian's lava-server (gunicorn, no
+apache), lava-scheduler, lava-publisher and lava-worker processes, each
+worker with QEMU devices of both machine profiles (pipelines/lava/lab-up,
+lab-down, lab-status; no systemd). Cycles run on it with
+./pmlab run --engine lava (lab/lava.py), which serves each run's artifacts
+over HTTP.
 
-  ./pmlab lava [--mode mem/rtc*3] [--rtc SECONDS] [--baseline | --artifacts DIR]
-               [--results DIR] [--run-id ID] [--no-s3]
+  ./pmlab lava up [--workers N] [--listen ADDRESS] [--isolated-workers N]
+  ./pmlab lava down [--server]
+  ./pmlab lava status
 
---no-s3 disables S3 on the QEMU machine: a negative control, every cycle must
-then fail. Runs as root (installs lava-dispatcher when missing).
-Exit 0: every cycle passed; 1: some did not; 2: bad input or setup.
+up: install what is missing, start what is not running (idempotent); the
+server listens on 127.0.0.1 unless --listen. --isolated-workers N also starts
+N workers in their own network namespace and root (pipelines/lava/
+isolated-workers): they see none of this machine's files and reach the
+server and the artifacts over HTTP only; their devices are tagged
+"isolated" (./pmlab run --engine lava --lava-tags q35-ovmf,isolated
+--lava-identity pmlab-isolated).
+down: stop it all (database, devices and logs stay); --server: only the
+server, the workers and their jobs go on.
+status: which of the lab's processes run, and the workers as the server sees them.
+Runs as root. Exit: the script's (0 done / all running, 1 not all running,
+2 bad input or setup).
 """
 
 
 def lava(argv):
-    """the LAVA S3 job on this machine (lava-run, no server)"""
+    """the LAVA lab on this machine: up, down, status (cycles: ./pmlab run --engine lava)"""
     try:
         command = lava_command(argv)
     except ValueError as error:
@@ -219,31 +232,30 @@ def lava(argv):
 
 
 def lava_command(argv):
-    """pipelines/lava/run-local's command line for `./pmlab lava` options;
-    ValueError for a mode the job cannot run."""
-    from lab import modes
+    """The pipelines/lava script and arguments `./pmlab lava ACTION ...`
+    names; ValueError for a bad count or address."""
     parser = argparse.ArgumentParser(prog="pmlab lava", description=LAVA_DOC,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    options.add_modes(parser, "mem/rtc*3; the job runs mem cycles woken by the RTC only", wake=False)
-    parser.add_argument("--rtc", type=int, default=2, metavar="SECONDS", help="RTC alarm per cycle (default 2)")
-    options.add_kernel(parser)
-    options.add_results(parser, "default lava-<UTC stamp>-<pid>")
-    parser.add_argument("--no-s3", action="store_true", help="negative control: QEMU without S3")
+    actions = parser.add_subparsers(dest="action", metavar="up|down|status", required=True)
+    up = actions.add_parser("up", help="bring the lab up (pipelines/lava/lab-up)")
+    up.add_argument("--workers", type=int, default=2, metavar="N", help="workers on this machine (default 2)")
+    up.add_argument("--listen", metavar="ADDRESS", help="IPv4 address the server binds (default 127.0.0.1)")
+    up.add_argument("--isolated-workers", type=int, default=0, metavar="N",
+                    help="also N workers that cannot see this machine's files (pipelines/lava/isolated-workers)")
+    down = actions.add_parser("down", help="stop the lab (pipelines/lava/lab-down)")
+    down.add_argument("--server", action="store_true", help="stop only the server; the workers go on")
+    actions.add_parser("status", help="what of the lab runs (pipelines/lava/lab-status)")
     args = parser.parse_args(argv)
-    items = args.mode or (["mem/rtc"] if args.cycles else ["mem/rtc*3"])
-    try:
-        if any(name != "mem" or wake not in (None, "rtc") for name, wake, _ in modes.parse_items(items)):
-            raise ValueError("the LAVA job runs mem cycles woken by the RTC only: give --mode mem*N (or mem/rtc*N)")
-        plan = modes.plan(items, args.cycles, wake="rtc")
-    except Exception as error:  # lab.virt.LabError from the grammar
-        raise ValueError(str(error)) from None
-    artifacts = options.artifacts_dir(args) if args.baseline or options.names_kernel(args) else args.artifacts
-    command = [os.path.join(REPO, "pipelines", "lava", "run-local"),
-               "--cycles", str(sum(count for _, count in plan)), "--rtc", str(args.rtc),
-               "--results", os.path.abspath(args.results)]
-    command += ["--artifacts", os.path.abspath(artifacts)] if artifacts else []
-    command += ["--run-id", args.run_id] if args.run_id else []
-    command += ["--no-s3"] if args.no_s3 else []
+    script = {"up": "lab-up", "down": "lab-down", "status": "lab-status"}[args.action]
+    command = [os.path.join(REPO, "pipelines", "lava", script)]
+    if args.action == "up":
+        if args.workers < 1 or args.isolated_workers < 0:
+            raise ValueError("--workers must be at least 1 and --isolated-workers at least 0")
+        command += ["--workers", str(args.workers)]
+        command += ["--listen", args.listen] if args.listen else []
+        command += ["--isolated-workers", str(args.isolated_workers)] if args.isolated_workers else []
+    elif args.action == "down" and args.server:
+        command.append("--server")
     return command
 
 

@@ -153,13 +153,23 @@ def add_lab_reruns(parser, default):
 
 
 def add_engine(parser):
-    """--engine libvirt|lava and where LAVA jobs run (lab/request.py Lava)."""
-    parser.add_argument("--engine", choices=("libvirt", "lava"), default="libvirt",
+    """--engine libvirt|lava and the LAVA engine's options (lab/lava.py):
+    the lavacli identity of the server, how many jobs at once, the device
+    tags, and an HTTP server of the user's own for the run's artifacts.
+    lab.request.from_args reads them (args.engine, args.lava_*)."""
+    from lab.request import ENGINES
+    parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="libvirt: guests on this machine (default); lava: LAVA jobs on the server of "
-                             "--lava-identity (modes mem/rtc, disk/platform, pm_test-*)")
-    parser.add_argument("--lava-identity", default="pmlab", help="lavacli identity of the LAVA server")
-    parser.add_argument("--lava-jobs", type=int, default=2, help="LAVA jobs a run is split into, run at once")
-    parser.add_argument("--lava-tags", default="q35-ovmf", help="device tags the LAVA jobs ask for (comma list)")
-    parser.add_argument("--artifacts-url", metavar="URL",
-                        help="an HTTP server already serving the run's artifacts to the LAVA workers "
-                             "(default: the engine serves them itself)")
+                             "--lava-identity (modes mem/rtc, disk/platform, pm_test-*; pipelines/lava/lab-up "
+                             "brings up a lab here)")
+    parser.add_argument("--lava-identity", metavar="NAME",
+                        help="lavacli identity of the LAVA server (default pmlab, the one lab-up adds)")
+    parser.add_argument("--lava-jobs", type=int, metavar="N",
+                        help="LAVA jobs the plan is split into, run at once (default 2: one per worker)")
+    parser.add_argument("--lava-tags", metavar="TAG[,TAG...]",
+                        help="device tags the LAVA jobs ask for; exactly one names a machine profile "
+                             "(default: --profile's, q35-ovmf)")
+    parser.add_argument("--artifacts-url", dest="lava_artifacts_url", metavar="URL",
+                        help="an HTTP server of your own that serves the run's artifacts directory "
+                             "(RESULTS/<run-id>/artifacts); default: lab.run serves it itself, read-only, "
+                             "on the address this machine reaches the LAVA server by")

@@ -264,10 +264,8 @@ def template_from(args, artifacts, run_id, **fields):
             fields[name] = getattr(args, name)
     if getattr(args, "engine", None):
         fields["engine"] = args.engine
-    lava = {name: getattr(args, f"lava_{name}") for name in ("identity", "jobs", "tags")
+    lava = {name: getattr(args, f"lava_{name}") for name in ("identity", "jobs", "tags", "artifacts_url")
             if getattr(args, f"lava_{name}", None) is not None}
-    if getattr(args, "artifacts_url", None):
-        lava["artifacts_url"] = args.artifacts_url
     if isinstance(lava.get("tags"), str):
         lava["tags"] = tuple(tag for tag in lava["tags"].split(",") if tag)
     if lava:

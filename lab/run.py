@@ -37,6 +37,7 @@ def add_options(parser):
     options.add_results(parser)
     options.add_keep(parser, "full")
     options.add_lab_reruns(parser, 2)
+    options.add_engine(parser)
     parser.add_argument("--sleepgraph", action="store_true",
                         help="write every cycle's files for Intel's sleepgraph (reports/cycleN_ftrace.txt.gz, "
                              "_dmesg.txt.gz; lab/sleepgraph.py), not only those of cycles that did not pass")

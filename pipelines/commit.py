@@ -259,7 +259,7 @@ def main(argv=None):
             code = 2
         records = read_records(run_dir)
         passed = sum(1 for r in records if compare_mod.passed(r))
-        entry["note"] = f"{passed}/{len(records)} cycles passed (lab.run exit {code}, engine {args.engine})"
+        entry["note"] = f"{passed}/{len(records)} cycles passed (lab.run exit {code}, engine {args.engine or 'libvirt'})"
         if code == 2 and not records:
             entry["status"] = "failed"
     if stages.done[-1]["status"] == "failed":
@@ -267,7 +267,7 @@ def main(argv=None):
         return finish()
 
     devices_failed = None
-    if args.device_sample and args.engine == "libvirt" and args.devices in (None, "lean"):
+    if args.device_sample and args.engine in (None, "libvirt") and args.devices in (None, "lean"):
         with stages.stage("devices") as entry:
             devices_run = f"{run_id}-devices"
             # Marked apart: on the dashboard, never the smoke's "previous run".

@@ -37,7 +37,7 @@ def test_every_verb_documents_itself(verb):
     assert "== pmlab:" not in done.stderr, "--help ran the install/build step"
 
 
-@pytest.mark.parametrize("verb", ["run", "commit", "nightly", "soak", "bisect", "bench", "lava"])
+@pytest.mark.parametrize("verb", ["run", "commit", "nightly", "soak", "bisect", "bench"])
 def test_verbs_that_take_modes_share_the_grammar(verb):
     done = pmlab(verb, "--help")
     assert "--mode MODE[/WAKE][*N]" in done.stdout
@@ -88,12 +88,16 @@ def test_test_verb_passes_its_arguments_to_pytest_and_results_to_lab_results(tmp
     assert (tmp_path / "junit.xml").is_file()
 
 
-@pytest.mark.parametrize("mode", ["disk*2", "mem/pmwakeup*2", "mem*2,freeze"])
-def test_lava_refuses_modes_the_job_cannot_run(mode):
-    done = subprocess.run([sys.executable, "-m", "cli.main", "lava", "--mode", mode], cwd=REPO,
+@pytest.mark.parametrize("args, problem", [([], "the following arguments are required"),
+                                           (["cycle"], "invalid choice: 'cycle'"),
+                                           (["up", "--workers", "0"], "--workers must be at least 1"),
+                                           (["down", "--workers", "2"], "unrecognized arguments")])
+def test_lava_refuses_what_it_does_not_manage(args, problem):
+    """./pmlab lava manages the lab; cycles on it are ./pmlab run --engine lava."""
+    done = subprocess.run([sys.executable, "-m", "cli.main", "lava", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "runs mem cycles woken by the RTC only" in done.stderr
+    assert problem in done.stderr
 
 
 def test_dashboard_verb_draws_the_page_over_the_results(tmp_path):
@@ -107,12 +111,15 @@ def test_dashboard_verb_draws_the_page_over_the_results(tmp_path):
     assert (tmp_path / "dashboard.html").is_file()
 
 
-def test_lava_options_become_run_locals():
-    command = cli.lava_command(["--mode", "mem*2", "--mode", "mem/rtc", "--baseline", "--no-s3", "--run-id", "x"])
-    assert command[0] == os.path.join(REPO, "pipelines", "lava", "run-local")
-    assert " ".join(command[1:]) == (f"--cycles 3 --rtc 2 --results {REPO}/results "
-                                     f"--artifacts {REPO}/build/baseline/out --run-id x --no-s3")
-    assert cli.lava_command(["--cycles", "5"])[1:3] == ["--cycles", "5"]
+def test_lava_actions_become_the_lab_scripts():
+    lava = os.path.join(REPO, "pipelines", "lava")
+    assert cli.lava_command(["up"]) == [os.path.join(lava, "lab-up"), "--workers", "2"]
+    assert cli.lava_command(["up", "--workers", "3", "--listen", "10.0.0.1", "--isolated-workers", "2"]) == [
+        os.path.join(lava, "lab-up"), "--workers", "3", "--listen", "10.0.0.1", "--isolated-workers", "2"]
+    assert cli.lava_command(["down", "--server"]) == [os.path.join(lava, "lab-down"), "--server"]
+    assert cli.lava_command(["status"]) == [os.path.join(lava, "lab-status")]
+    for script in ("lab-up", "lab-down", "lab-status", "isolated-workers"):
+        assert os.access(os.path.join(lava, script), os.X_OK), script
 
 
 def test_run_refuses_bad_input_before_any_guest(tmp_path):

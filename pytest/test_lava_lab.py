@@ -9,7 +9,14 @@ resumed) and the fault campaign's three suspend-side failures (pmtest_full.3
 returning -EIO from suspend, suspend_late, suspend_noirq), S3 woken by the
 RTC. Split in two jobs: cycles 1-3 (S3, S4, then a fault on the resumed
 guest) and 4-5. The artifacts' initramfs must carry guest/init with
-pmlab.mode=lava (lab/build-initramfs).
+pmlab.mode=lava (lab/build-initramfs). Both run through the one door,
+python3 -m lab.run --engine lava (lab/lava.py), which serves the run's
+artifacts over HTTP.
+
+Then LAVA beyond one machine: a 2-job plan on two workers that cannot see
+this machine's files (pipelines/lava/isolated-workers: own network
+namespace, root and PID namespace) gets the same verdicts as on the lab's
+own workers, every artifact fetched over HTTP from the link.
 """
 import ipaddress
 import json
@@ -17,15 +24,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
+import yaml
 
 from conftest import artifacts_dir
-from lab.records import RunDir, read_cycles
+from lab.records import read_cycles
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from pipelines.lava import jobs  # noqa: E402
 
 # install + lab-up + this test from scratch take longer than CI's 5 minutes
 # (numbers in pipelines/README.md): a pipeline test.
@@ -67,22 +74,33 @@ def _pmtest_callbacks(record, reader):
     return None
 
 
+def lava_run(results, run_id, plan_args, *engine_args, artifacts=None):
+    """`python3 -m lab.run --engine lava` (the LAVA engine, lab/lava.py) with
+    no reruns: (its final records, its summary, its output)."""
+    command = [sys.executable, "-m", "lab.run", "--engine", "lava", "--results", results, "--run-id", run_id,
+               "--lab-reruns", "0", "--profile", PROFILE, *plan_args, *engine_args]
+    command += ["--artifacts", artifacts] if artifacts else []
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode in (0, 1), f"lab.run --engine lava failed ({done.returncode}):\n{output}"
+    records = [r for r in read_cycles(os.path.join(results, run_id, "cycles.jsonl")) if r.get("status") == "done"]
+    with open(os.path.join(results, run_id, "summary.json")) as source:
+        return records, json.load(source), output
+
+
 def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path):
     config = request.config
     results = config.getoption("--lab-results")
     artifacts = _artifacts(config)
 
-    rundir = RunDir(results, f"{config.pmlab_run_id}-lava")
-    staged = jobs.prepare_artifacts(artifacts, rundir.file("artifacts"))
-    plan = jobs.plan_from(MODES, INJECT)
-    submitted = []
-    lava = jobs.run_plan(plan, rundir, staged, jobs=2, retries=0, tags=(PROFILE,),
-                         on_submitted=lambda job_id, part: submitted.append(job_id))
-    assert len(submitted) == 2
+    plan_args = [f"--mode={m}" for m in MODES] + [f"--inject={i}" for i in INJECT]
+    lava, summary, output = lava_run(results, f"{config.pmlab_run_id}-lava", plan_args, "--lava-jobs", "2",
+                                     artifacts=artifacts)
+    assert len(summary["lava_jobs"]) == 2, output
     workers = {record.get("worker") for record in lava}  # None: a cycle that never started
     outcomes = [(r["cycle"], r["verdict"], (r.get("reason") or "")[:200]) for r in lava]
-    assert workers == {"pmlab-w1", "pmlab-w2"}, f"not both workers, or cycles never started: {outcomes}"
-    assert [r["cycle"] for r in read_cycles(rundir.cycles_path)] == [1, 2, 3, 4, 5]  # one record each
+    assert workers == {"pmlab-w1", "pmlab-w2"}, f"not both workers, or cycles never started: {outcomes}\n{output}"
+    assert [r["cycle"] for r in lava] == [1, 2, 3, 4, 5]  # one record each
 
     libvirt_run = f"{config.pmlab_run_id}-libvirt"
     command = [sys.executable, "-m", "cli.main", "run", "--no-dashboard", "--artifacts", artifacts, "--results", results,
@@ -176,3 +194,83 @@ def test_lab_listens_on_loopback_only(lava_lab):
     assert {8000, 8001} <= ports, f"gunicorn (8000) and the publisher (8001) are not among the lab's listeners: {seen}"
     exposed = [f"{host}:{port} {users}" for host, port, users in seen if not _loopback(host)]
     assert not exposed, "the lab listens beyond loopback:\n" + "\n".join(exposed)
+
+
+ISOLATED = os.path.join(REPO, "pipelines", "lava", "isolated-workers")
+LINK = os.environ.get("PMLAB_LAVA_ISOLATED_NET", "10.231.0")  # .1 here, .2 in the workers' namespace
+NAMESPACE = os.environ.get("PMLAB_LAVA_ISOLATED_NS", "pmlab-iso")
+TWO_JOBS = ["--mode=mem/rtc*2", f"--inject=2:fault={DEV} suspend {EIO} 1"]
+
+
+def _worker_process(name):
+    """The lava-worker of an isolated worker: the one child of the unshare
+    (--fork) whose pid isolated-workers recorded."""
+    with open(os.path.join(STATE, "run", f"{name}.pid")) as pidfile:
+        pid = int(pidfile.read().split()[0])
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        (child,) = children.read().split()
+    return int(child)
+
+
+def test_a_worker_that_cannot_see_this_machines_files_runs_the_jobs_over_http(lava_lab, request):
+    """The same 2-job plan (an S3 cycle, then one whose suspend pmtest_full.3
+    fails with -EIO) on the lab's own workers and on two workers in their own
+    network namespace, root and PID namespace (pipelines/lava/isolated-workers):
+    there the results, the build and this repository do not exist, 127.0.0.1
+    is not the server's; the jobs fetch every artifact over HTTP from the
+    run's server on the link, and get the same verdicts."""
+    config = request.config
+    results, artifacts = config.getoption("--lab-results"), _artifacts(config)
+    run_id = config.pmlab_run_id
+    # First on the lab's own workers: with the isolated ones up, a q35-ovmf job may land there too.
+    local, _, output = lava_run(results, f"{run_id}-lava-local", TWO_JOBS, "--lava-jobs", "2", artifacts=artifacts)
+    assert {r.get("worker") for r in local} <= {"pmlab-w1", "pmlab-w2"}, output
+    up = subprocess.run([ISOLATED, "up", "--workers", "2"], capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, f"isolated-workers up failed:\n{up.stderr[-3000:]}"
+    try:
+        isolated_run = f"{run_id}-lava-isolated"
+        started = time.monotonic()
+        isolated, summary, output = lava_run(results, isolated_run, TWO_JOBS, "--lava-jobs", "2",
+                                             "--lava-tags", "q35-ovmf,isolated", "--lava-identity", "pmlab-isolated",
+                                             artifacts=artifacts)
+        wall = time.monotonic() - started
+        staged = os.path.join(results, isolated_run, "artifacts")
+        for name in ("pmlab-iso1", "pmlab-iso2"):
+            pid = _worker_process(name)
+            root = f"/proc/{pid}/root"
+            assert os.path.exists(root + "/usr/bin/qemu-system-x86_64") and os.path.exists(root + "/proc/1")
+            for path in (staged, artifacts, REPO, results, STATE):
+                assert not os.path.exists(root + os.path.realpath(path)), f"{name} sees {path}"
+            assert not os.path.exists(root + f"/proc/{os.getpid()}"), f"{name} sees this machine's processes"
+            for kind in ("net", "pid", "mnt"):
+                assert os.readlink(f"/proc/{pid}/ns/{kind}") != os.readlink(f"/proc/self/ns/{kind}"), kind
+        loopback = subprocess.run(["ip", "netns", "exec", NAMESPACE, sys.executable, "-c",
+                                   "import socket; socket.create_connection(('127.0.0.1', 8000), 5)"],
+                                  capture_output=True, text=True, timeout=60)
+        assert loopback.returncode != 0 and "ConnectionRefusedError" in loopback.stderr
+    finally:
+        down = subprocess.run([ISOLATED, "down"], capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0, down.stderr[-3000:]
+
+    print(f"isolated workers: {len(summary['lava_jobs'])} jobs {summary['lava_jobs']}, "
+          f"verdicts {[r['verdict'] for r in isolated]}, {wall:.0f} s wall")
+    assert len(summary["lava_jobs"]) == 2 and summary["artifacts_url"].startswith(f"http://{LINK}.1:"), summary
+    assert {r.get("worker") for r in isolated} <= {"pmlab-iso1", "pmlab-iso2"}, output
+    jobs = [name for name in os.listdir(os.path.join(results, isolated_run, "lava")) if name.endswith(".yaml")
+            and not name.endswith(".log.yaml")]
+    for name in jobs:
+        with open(os.path.join(results, isolated_run, "lava", name)) as source:
+            images = yaml.safe_load(source)["actions"][0]["deploy"]["images"]
+        assert all(image["url"].startswith(summary["artifacts_url"] + "/") for image in images.values()), images
+    with open(os.path.join(results, isolated_run, "lava", "http.log")) as log:
+        fetched = [line.split()[1:4] + line.split()[5:6] for line in log if '"GET ' in line]
+    assert sorted(fetched) == sorted([f"{LINK}.2", '"GET', f"/{name}", "200"] for name in
+                                     ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml", "swap.img") for _ in jobs)
+    assert [r["cycle"] for r in isolated] == [r["cycle"] for r in local] == [1, 2]
+    for by_isolated, by_local in zip(isolated, local):
+        seen = {key: by_isolated.get(key) for key in COMPARED}
+        expected = {key: by_local.get(key) for key in COMPARED}
+        assert seen == expected, f"cycle {by_isolated['cycle']}: isolated {seen} != local {expected}"
+        assert by_isolated["proof"] == by_local["proof"]
+        assert _pmtest_callbacks(by_isolated) == _pmtest_callbacks(by_local), f"cycle {by_isolated['cycle']}"
+    assert [r["verdict"] for r in isolated] == ["pass", "fail"]

@@ -17,7 +17,7 @@ Properties:
   (DIGESTS, see parsed() and `python3 pytest/test_parser_fuzz.py`).
   file readers (dashboards/inputs.py: cycles.jsonl, summary.json,
   manifest.json; lab/records.read_cycles; pipelines/merge.py;
-  pipelines/lava/results.py) never raise anything but their documented
+  lab/lava.py's records from a LAVA job log) never raise anything but their documented
   error (merge: MergeError) and every problem they report names the file and
   the 1-based line, which is a line the damage touched.
 
@@ -26,8 +26,8 @@ Each crash or hang this found has a focused test at the end.
 Deterministic and bounded: hypothesis derandomized, no example database,
 30 to 300 examples a test (fuzz()); the whole file runs in under a minute.
 Recordings: pytest/recordings/ (recordings_util.py); run-*.json* and
-lava-job.log.gz are copies of a real pipelines/commit run directory and a
-real LAVA job log.
+lava-s3-s4-job.log.yaml.gz are copies of a real pipelines/commit run
+directory and a real LAVA job log (the LAVA engine's, lab/lava.py).
 """
 
 import contextlib
@@ -47,7 +47,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # python3
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import console, guest_report, pmtest_log, trace  # noqa: E402
+from lab import console, guest_report, modes, pmtest_log, trace  # noqa: E402
+from lab import lava  # noqa: E402
+from lab.records import RunDir  # noqa: E402
+from lab.request import numbered_cycles  # noqa: E402
 from lab.guest_agent import Reply, ReplyParser  # noqa: E402
 from lab.oracle import observe  # noqa: E402
 from lab.judge import parse_report  # noqa: E402
@@ -55,7 +58,6 @@ from lab.oracle.cycle_check import as_record, judge_cycle  # noqa: E402
 from lab.records import read_cycles, summarize  # noqa: E402
 from dashboards import compute, inputs  # noqa: E402
 from pipelines import merge as merge_mod  # noqa: E402
-from pipelines.lava import results as lava_results  # noqa: E402
 from recordings_util import RECORDINGS, read_bytes  # noqa: E402
 
 REPORTS = sorted(name for name in os.listdir(RECORDINGS) if name.startswith("report-"))
@@ -64,7 +66,7 @@ CONSOLES = ["console-cycles.log.gz", "console-hang.log.gz"]
 # lines and callbacks), its summary.json and manifest.json; a real LAVA job log.
 RUN_FILES = {"cycles.jsonl": "run-cycles.jsonl.gz", "summary.json": "run-summary.json",
              "manifest.json": "run-manifest.json"}
-LAVA_LOG = "lava-job.log.gz"
+LAVA_LOG = "lava-s3-s4-job.log.yaml.gz"
 
 HUGE = 100_000
 
@@ -387,7 +389,6 @@ DIGESTS = {
     'console-cycles.log.gz': '6a744be60673ca34d8c7b94da6787c0d528de9dce9ce3a0c1cb5362614032170',
     'console-hang.log.gz': 'fa16f9a7811f8b8196704de6db75fc74ba47db7ef99393f30c4c160d949064a7',
     'agent-stream.bin.gz': 'b985db0e5e04ea839a6b84f9d54a376e4968e17643f1ea3b3a96a6b98bc337f7',
-    'lava-job.log.gz': 'c0d4f04f2a91e15efa652e9c733a5be5823e1b8313f9844d43bdecfae434016b',
 }
 
 
@@ -397,14 +398,12 @@ def parsed(name):
         out = check_report(text_of(data))
     elif name.startswith("console-"):
         out = check_console(text_of(data))
-    elif name == LAVA_LOG:
-        out = lava_results.records(lava_results.parse_log(io.StringIO(text_of(data))), "lava")
     else:
         out = check_agent(data)
     return hashlib.sha256(json.dumps(out, sort_keys=True, default=repr).encode()).hexdigest()
 
 
-DIGESTED = REPORTS + CONSOLES + ["agent-stream.bin.gz", LAVA_LOG]
+DIGESTED = REPORTS + CONSOLES + ["agent-stream.bin.gz"]  # the LAVA log's records: test_lava_jobs.py
 
 
 @pytest.mark.parametrize("name", DIGESTED)
@@ -512,22 +511,33 @@ def test_merge_survives_a_damaged_shard(data):
             [dict(r, run_id="commit-20261203-134133-23237") for r in read_cycles(os.path.join(whole, "cycles.jsonl"))]
 
 
-@fuzz(200)
-@given(damaged(raw(LAVA_LOG)))
-def test_lava_results_survive_a_damaged_job_log(data):
-    parsed = lava_results.parse_log(io.StringIO(text_of(data)))
-    records = lava_results.records(parsed, "lava", expected=3)
-    assert [r["cycle"] for r in records] == sorted({r["cycle"] for r in records})
+def _lava_entries():
+    import yaml
+    return yaml.safe_load(text_of(raw(LAVA_LOG)))
+
+
+LAVA_PLAN = [(c.number, c.mode, c.knobs) for c in numbered_cycles(modes.plan(["mem/rtc", "disk", "mem/rtc"], None, None))]
+LAVA_ENTRIES = _lava_entries()
+LAVA_CONSOLE = "\n".join(e["msg"] for e in LAVA_ENTRIES if e.get("lvl") == "target").encode()
+
+
+@fuzz(100)
+@given(damaged(LAVA_CONSOLE))
+def test_lava_records_survive_a_damaged_job_console(data):
+    """lab/lava.py cycle_records on the recorded S3/S4/S3 job whose console
+    (the framed reports, the kernel markers) the damage touched: every
+    planned cycle gets one judged record or is lost (never begun), nothing raises."""
+    others = [e for e in LAVA_ENTRIES if e.get("lvl") != "target"]
+    entries = others + [{"dt": "2026-12-05T04:49:39.0", "lvl": "target", "msg": line}
+                        for line in text_of(data).split("\n")]
+    with tempfile.TemporaryDirectory() as directory:
+        rundir = RunDir(directory, "r", link_latest=False)
+        records, lost = lava.cycle_records(LAVA_PLAN, entries, "r", 1, {"state": "Finished"}, rundir, "q35-ovmf")
+    numbers = [r["cycle"] for r in records] + [number for number, _, _ in lost]
+    assert sorted(numbers) == [1, 2, 3]
     for record in records:
         assert record["verdict"] in ("pass", "fail", "hang", "error")
         json.dumps(record)
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "job.log")
-        with open(path, "wb") as out:
-            out.write(data)
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert lava_results.main([path, "--run-dir", os.path.join(directory, "lava"), "--cycles", "3"]) in (0, 1)
-        assert read_cycles(os.path.join(directory, "lava", "cycles.jsonl")) == records
 
 
 
@@ -598,33 +608,6 @@ def test_dashboard_names_the_line_of_unreadable_summary_and_deep_cycles(tmp_path
             assert compute.main([run, "-o", output, "--strict"]) == 1
         assert f"{run}/summary.json:3: unreadable JSON: Expecting property name" in stderr.getvalue()
         assert f"{run}/cycles.jsonl:1: not JSON" in stderr.getvalue()
-
-
-def test_lava_results_survive_corrupted_values():
-    """pipelines/lava/results.py: a bad "dt" or "duration", a !!tag PyYAML's
-    constructors choke on, nesting too deep, a status like "--1"."""
-    log = [
-        '{"dt": "2026-12-03T13:20:46", "lvl": "results", "msg": {"case": "cycle-1", '
-        '"definition": "0_pmlab-s3", "duration": ! "nan", "result": "pass"}}',
-        '{"dt": "not a time", "lvl": "results", "msg": {"case": "cycle-2", '
-        '"definition": "0_pmlab-s3", "duration": "4.11", "result": "pass"}}',
-        '{"dt": "0001-01-01T00:00:01", "lvl": "results", "msg": {"case": "cycle-3", '
-        '"definition": "0_pmlab-s3", "duration": "4.11", "result": "pass"}}',
-        '{"dt": 7, "lvl": "results", "msg": {"case": "cycle-4", "definition": "0_pmlab-s3", '
-        '"duration": [1], "result": "pass"}}',
-        '{"dt": "2026-12-03T13:20:49", "lvl": "target", "msg": "pmlab-lava: cycle 5 verdict=FAIL status=--1 '
-        'success_delta=0 lowlevel_resumes=0"}',
-        '{"dt": "2026-12-03T13:20:50", "lvl": "results", "msg": {"case": !!int "x"}}',
-        '{"dt": "2026-12-03T13:20:50", "lvl": "results", "msg": {"case": !!timestamp "x"}}',
-        '{"msg": ' + "[" * 100_000,
-    ]
-    assert lava_results.parse_line(log[5]) is None and lava_results.parse_line(log[7]) is None
-    records = lava_results.records(lava_results.parse_log(log), "lava")
-    assert [r["cycle"] for r in records] == [1, 2, 3, 4, 5]
-    assert records[0]["host_end"] == "2026-12-03T13:20:46.000+00:00" and "host_start" not in records[0]
-    assert "host_end" not in records[1] and "host_end" not in records[3]
-    assert records[2]["host_end"].startswith("0001-01-01") and "host_start" not in records[2]
-    assert records[4]["enter_status"] is None and records[4]["verdict"] == "fail"
 
 
 def test_merge_ignores_a_run_id_that_is_no_string():

@@ -23,7 +23,6 @@ from lab.errors import LabError  # noqa: E402
 from lab.request import RunRequest  # noqa: E402
 from pipelines import commit as commit_mod  # noqa: E402
 from pipelines import compare, junit, merge as merge_mod, nightly, plan  # noqa: E402
-from pipelines.lava import render as lava_render, results as lava_results  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 RECORDINGS = os.path.join(REPO, "pytest", "recordings", "cycles.jsonl")
@@ -493,74 +492,6 @@ def test_merge_refuses_conflicting_cycles_and_mixed_run_ids(tmp_path):
     assert read_cycles(str(tmp_path / "out4" / "cycles.jsonl"))[0]["verdict"] == "pass"
     with pytest.raises(merge_mod.MergeError, match="already holds"):
         merge_mod.merge(str(tmp_path / "out4"), [a.path])
-
-
-# ---------------------------------------------------------------- LAVA
-
-LAVA_LOG = [
-    '{"dt": "2026-12-03T13:20:41.0", "lvl": "results", "msg": {"case": "validate", "definition": "lava", '
-    '"result": "pass"}}',
-    '{"dt": "2026-12-03T13:20:41.1", "lvl": "results", "msg": {"case": "file-download", "definition": "lava", '
-    '"extra": {"label": "kernel", "size": ! "3187712"}, "result": "pass"}}',
-    '{"dt": "2026-12-03T13:20:42.2", "lvl": "results", "msg": {"case": "setup", "definition": "0_pmlab-s3", '
-    '"duration": "0.90", "result": "pass"}}',
-    '{"dt": "2026-12-03T13:20:42.3", "lvl": "target", "msg": "pmlab-lava# n=1; echo \\"pmlab-lava: cycle $n '
-    'verdict=$(echo $v | tr a-z A-Z)\\""}',
-    '{"dt": "2026-12-03T13:20:46.3", "lvl": "target", "msg": "pmlab-lava: cycle 1 verdict=PASS status=0 '
-    'success_delta=1 lowlevel_resumes=1"}',
-    '{"dt": "2026-12-03T13:20:46.348754", "lvl": "results", "msg": {"case": "cycle-1", '
-    '"definition": "0_pmlab-s3", "duration": "4.11", "result": "pass"}}',
-    '{"dt": "2026-12-03T13:20:49.9", "lvl": "target", "msg": "pmlab-lava: cycle 2 verdict=FAIL status=0 '
-    'success_delta=0 lowlevel_resumes=0"}',
-    '{"dt": "2026-12-03T13:20:49.916333", "lvl": "results", "msg": {"case": "cycle-2", '
-    '"definition": "0_pmlab-s3", "duration": "3.57", "result": "fail"}}',
-    '{"dt": "2026-12-03T13:20:53.9", "lvl": "results", "msg": {"case": "job", "definition": "lava", '
-    '"result": "pass"}}',
-]
-
-
-def test_lava_results_from_job_log():
-    parsed = lava_results.parse_log(LAVA_LOG)
-    assert parsed["job"]["result"] == "pass" and parsed["setup"]["result"] == "pass"
-    records = lava_results.records(parsed, "lava-1", expected=3)
-    assert [(r["cycle"], r["verdict"]) for r in records] == [(1, "pass"), (2, "fail"), (3, "error")]
-    assert records[0]["proof"] == {"suspend_stats_success": 1, "lowlevel_resumes": 1}
-    assert records[0]["host_seconds"] == 4.11 and records[0]["mode"] == "mem" and records[0]["wake"] == "rtc"
-    assert records[1]["phase"] == "sleep" and "success_delta=0" in records[1]["reason"]
-    assert "before this cycle ran" in records[2]["reason"]
-
-
-def test_lava_job_patterns_cannot_match_their_own_echo(tmp_path):
-    # Plain imports: lab/install-deps installs python3-jinja2 and python3-yaml,
-    # so a missing one is a failure naming it, never a skip.
-    import jinja2  # noqa: F401  (render_job renders the job with it)
-    import yaml
-    artifacts = tmp_path / "out"
-    artifacts.mkdir()
-    (artifacts / "bzImage").write_text("k")
-    (artifacts / "initramfs.cpio.gz").write_text("r")
-    job = yaml.safe_load(lava_render.render_job(str(artifacts), cycles=3, rtc_seconds=2))
-    deploy = job["actions"][0]["deploy"]
-    assert deploy["to"] == "tmpfs"
-    assert deploy["images"]["kernel"]["url"] == f"file://{artifacts}/bzImage"
-    assert job["actions"][1]["boot"] == {**job["actions"][1]["boot"], "method": "qemu", "media": "tmpfs"}
-    interactive = job["actions"][2]["test"]["interactive"][0]
-    import re
-    steps = interactive["script"]
-    assert [s["name"] for s in steps] == ["setup", "cycle-1", "cycle-2", "cycle-3"]
-    for step_ in steps:
-        patterns = [p["message"] for p in step_.get("successes", []) + step_.get("failures", [])]
-        patterns += interactive["prompts"]
-        for pattern in patterns:
-            assert not re.search(pattern, step_["command"]), (pattern, step_["name"])
-    assert "rdinit=/bin/sh" in deploy["images"]["kernel"]["image_arg"]
-
-
-def test_lava_device_dictionary():
-    text = lava_render.device_dictionary(memory=768)
-    assert text.startswith("{% extends 'qemu.jinja2' %}")
-    assert "{% set arch = 'amd64' %}" in text and "{% set no_kvm = True %}" in text
-    assert "{% set memory = 768 %}" in text and "-global PIIX4_PM.disable_s3=0" in text
 
 
 def _ci_push_commands():

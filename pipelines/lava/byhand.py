@@ -12,7 +12,7 @@ line.
         [--pad N] [--append TEXT] [--cycles 1] [--runs 1] [--console-dir DIR]
         [--watch ADDRESS]... [--no-firmware-errata]
 
-The plan's command line is a q35-ovmf job's (pipelines.lava.jobs.kernel_args):
+The plan's command line is a q35-ovmf job's (lab.lava.kernel_args):
 with the profile's firmware erratum (memmap=4K$0x808000, lab/virt.py
 PROFILES) that keeps OVMF's S3 damage off the guest; --no-firmware-errata
 leaves it off, as the jobs had it before, and reproduces the damage.
@@ -48,8 +48,12 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from lab import qmp  # noqa: E402
-from pipelines.lava import jobs  # noqa: E402
+from lab import lava as jobs  # noqa: E402
+from lab import modes, qmp  # noqa: E402
+from lab.errors import LabError  # noqa: E402
+from lab.request import numbered_cycles, parse_injections  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What Debian's qemu.jinja2 renders with pipelines/lava/devices/q35-ovmf.jinja2
 # (options, then extra_options, then each image's image_arg in deploy order),
@@ -236,14 +240,14 @@ def read_page(path):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m pipelines.lava.byhand", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", action="append", default=[], help="the plan, as pipelines.lava.jobs takes it")
+    parser.add_argument("--mode", action="append", default=[], help="the plan, as ./pmlab run --engine lava takes it")
     parser.add_argument("--inject", action="append", default=[])
     parser.add_argument("--append", help="this kernel command line instead of the plan's")
     parser.add_argument("--pad", type=int, default=0, help="add pmlab.pad= with N zeros to the command line")
     parser.add_argument("--job-log", help="take QEMU's command line from this LAVA job log")
     parser.add_argument("--drop", action="append", default=[], help="leave out options starting so")
     parser.add_argument("--add", action="append", default=[], help="more QEMU arguments (shell words)")
-    parser.add_argument("--artifacts", default=os.path.join(jobs.REPO, "build", "out"))
+    parser.add_argument("--artifacts", default=os.path.join(REPO, "build", "out"))
     parser.add_argument("--cycles", type=int, default=1, help="reports to wait for")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
@@ -261,8 +265,13 @@ def main(argv=None):
             print(f"lava/byhand: {args.artifacts}/{base} missing (--artifacts DIR: the build's out directory)",
                   file=sys.stderr)
             return 2
-    append = args.append or jobs.kernel_args(jobs.plan_from(args.mode, args.inject), "q35-ovmf",
-                                             args.firmware_errata)
+    try:
+        plan = [(cycle.number, jobs.check_mode(cycle.mode), jobs.check_knobs(cycle.number, cycle.knobs))
+                for cycle in numbered_cycles(modes.plan(args.mode, None, None), parse_injections(args.inject))]
+        append = args.append or jobs.kernel_args(plan, "q35-ovmf", args.firmware_errata)
+    except LabError as error:
+        print(f"lava/byhand: {error}", file=sys.stderr)
+        return 2
     if args.pad:
         append += " pmlab.pad=" + "0" * args.pad
     work = tempfile.mkdtemp(prefix="pmlab-byhand-")
