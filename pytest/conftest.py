@@ -55,6 +55,9 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "guest: boots real QEMU guests through libvirt (slow)")
     config.addinivalue_line("markers", "browser: drives headless Chromium (dashboard page)")
+    config.addinivalue_line("markers", "kernel: needs a kernel source: Debian's linux-source tarball, the tree "
+                            "kernel/build extracts (checkpatch, sleepgraph), or its build (build/out, the "
+                            "initramfs); ./pmlab test --fast leaves these out")
     config.addinivalue_line("markers", "pipeline: longer than CI's test budget (the unpatched "
                             "baseline kernel, a second full build; the LAVA lab, installed and brought up): run by pipelines/ci's kernel-deep job with --pipeline-tests, "
                             "deselected (never skipped) in ./pmlab test")
