@@ -37,6 +37,7 @@ def test_series_is_checkpatch_clean_and_applies():
 
 
 @pytest.mark.pipeline
+@pytest.mark.kernel
 def test_6_12_series_is_checkpatch_clean_and_applies():
     """The port to linux-source-6.12 (kernel/patches/6.12), checked with 6.12's
     own checkpatch in its own build directory.  Extracting a second tree takes
