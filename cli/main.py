@@ -51,8 +51,8 @@ TEST_HELP = f"""usage: pmlab test [--fast] [--results DIR] [pytest options and a
 Run the test suite: /usr/bin/python3 -m pytest pytest/ -p no:cacheprovider
 --junitxml=RESULTS/junit.xml, followed by every argument given here
 (e.g. ./pmlab test -m 'not guest', ./pmlab test pytest/test_judge.py -k mem).
-./pmlab test first installs, checks the patch series and builds (the pmlab
-script's prepare step, as root).
+./pmlab test first installs and builds (the pmlab script's prepare step, as
+root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
 
   --fast          the tests that need no guest, no kernel (tarball, tree,
                   checkpatch or build) and no browser:
