@@ -59,9 +59,11 @@ root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
                   -m '{FAST_MARKERS}'
                   (with a -m EXPR of yours: -m '({FAST_MARKERS}) and (EXPR)'),
                   on pytest-xdist workers (-n auto) unless you give -n or
-                  -p no:xdist. ./pmlab test --fast installs, builds and
-                  checks nothing first and needs no root: ~590 tests in
-                  about a minute on 2 cores.
+                  -p no:xdist, with a quarter of each property test's
+                  examples (--fuzz-share 25; the full run: all of them).
+                  ./pmlab test --fast installs, builds and checks nothing
+                  first and needs no root: ~590 tests in under a minute on
+                  2 cores.
   --results DIR   results root of the guest tests' run and of junit.xml
                   (pytest's own name for it is --lab-results)
   --kernel SPEC [--series DIR|none]
@@ -82,8 +84,9 @@ def test(argv):
 
     def fast_arguments(rest):
         """pytest arguments for --fast: rest with its -m EXPR (the last, as
-        pytest reads it) joined to FAST_MARKERS, and -n auto on a machine of
-        several CPUs unless rest chooses the workers itself."""
+        pytest reads it) joined to FAST_MARKERS, -n auto on a machine of
+        several CPUs unless rest chooses the workers itself, and
+        --fuzz-share=25 unless rest gives a share."""
         kept, marks, index = [], [], 0
         while index < len(rest):
             arg = rest[index]
@@ -100,7 +103,8 @@ def test(argv):
         own_workers = any(arg in ("-n", "--numprocesses", "--dist", "no:xdist", "-pno:xdist")
                           or arg.startswith(("-n", "--numprocesses=", "--dist=")) for arg in kept)
         workers = [] if own_workers or (os.cpu_count() or 1) < 2 else ["-n", "auto"]
-        return ["-m", expression] + workers + kept
+        share = [] if any(arg.startswith("--fuzz-share") for arg in kept) else ["--fuzz-share=25"]
+        return ["-m", expression] + workers + share + kept
 
     results, rest, fast, index = options.RESULTS, [], False, 0
     while index < len(argv):

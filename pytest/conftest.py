@@ -28,6 +28,7 @@ from lab.cycle import watchdogs_from  # noqa: E402
 from lab.records import RunDir, new_run_id  # noqa: E402
 
 RECORDINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recordings")
+FUZZ_SHARE = 100  # --fuzz-share: the percentage of each property test's examples that runs
 
 
 def pytest_addoption(parser):
@@ -47,6 +48,9 @@ def pytest_addoption(parser):
     group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
     group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
     group.addoption("--lab-results", default=os.path.join(REPO, "results"), help="results root")
+    group.addoption("--fuzz-share", type=int, default=100, metavar="PERCENT",
+                    help="run this share of each property test's examples (pytest/test_parser_fuzz.py; "
+                         "at least 10 each); ./pmlab test --fast runs 25")
     group.addoption("--pipeline-tests", action="store_true",
                     help="also run the tests marked pipeline (they need a second kernel build: "
                          "the kernel-deep job of pipelines/ci runs them)")
@@ -61,6 +65,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "pipeline: longer than CI's test budget (the unpatched "
                             "baseline kernel, a second full build; the LAVA lab, installed and brought up): run by pipelines/ci's kernel-deep job with --pipeline-tests, "
                             "deselected (never skipped) in ./pmlab test")
+    global FUZZ_SHARE
+    FUZZ_SHARE = config.getoption("--fuzz-share")
+    if not 1 <= FUZZ_SHARE <= 100:
+        raise pytest.UsageError(f"--fuzz-share {FUZZ_SHARE}: a percentage from 1 to 100")
     if hasattr(config, "workerinput"):
         config.pmlab_run_id = config.workerinput["pmlab_run_id"]
     else:

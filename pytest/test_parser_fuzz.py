@@ -47,6 +47,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # python3
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import conftest  # noqa: E402  (--fuzz-share)
 from lab import console, guest_report, pmtest_log, trace  # noqa: E402
 from lab.guest_agent import Reply, ReplyParser  # noqa: E402
 from lab.oracle import observe  # noqa: E402
@@ -69,7 +70,9 @@ HUGE = 100_000
 
 
 def fuzz(examples):
-    """Deterministic (derandomized, no example database), `examples` a test."""
+    """Deterministic (derandomized, no example database), `examples` a test
+    (--fuzz-share P: P % of them, at least 10; ./pmlab test --fast: 25 %)."""
+    examples = max(10, examples * conftest.FUZZ_SHARE // 100)
     return settings(derandomize=True, database=None, deadline=None, max_examples=examples, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.large_base_example])
