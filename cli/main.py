@@ -60,7 +60,8 @@ root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
                   (with a -m EXPR of yours: -m '({FAST_MARKERS}) and (EXPR)'),
                   on pytest-xdist workers (-n auto) unless you give -n or
                   -p no:xdist, with a quarter of each property test's
-                  examples (--fuzz-share 25; the full run: all of them).
+                  examples (--fuzz-share 25; the full run: all of them) and
+                  its temporary files in /dev/shm (unless TMPDIR is set).
                   ./pmlab test --fast installs, builds and checks nothing
                   first and needs no root: ~590 tests in under a minute on
                   2 cores.
@@ -121,6 +122,10 @@ def test(argv):
         index += 1
     if fast:
         rest = fast_arguments(rest)
+        # Temporary files in memory: the tests write thousands of records,
+        # each line fsync'ed by lab.records (free on tmpfs, not on a disk).
+        if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+            os.environ["TMPDIR"] = "/dev/shm"
     # Tests named (pytest/test_judge.py, pytest/test_x.py::test_y) are what
     # runs; without any, the whole of pytest/.
     suite = os.path.join(REPO, "pytest")
