@@ -1,9 +1,14 @@
 """pytest entry for pmlab's lab.
 
-  /usr/bin/python3 -m pytest pytest/                       parsers + the default guest sample
-  /usr/bin/python3 -m pytest pytest/ -m 'not guest'        parsers only (no guest, seconds)
+  /usr/bin/python3 -m pytest pytest/                       everything but the pipeline tests
+  /usr/bin/python3 -m pytest pytest/ -m 'not guest'        no guest; the kernel tests need build/ (~4 min)
+  ./pmlab test --fast                                      = -m 'not guest and not kernel and not browser'
+                                                             -n auto --fuzz-share=25: ~40 s on 2 cores, no root
   /usr/bin/python3 -m pytest pytest/ -m guest -n 2 --mode mem --cycles 10
   ... --baseline | --artifacts DIR, --wake, --uri, --profile, --watchdog PHASE=S
+
+Markers: guest (boots QEMU guests), kernel (needs the kernel tarball, tree
+or build), browser (Chromium), pipeline (deselected unless --pipeline-tests).
 
 One test item per cycle (test_cycle[003-mem-pmwakeup]), so JUnit XML names
 the failing cycle. With pytest-xdist (-n N) each worker boots its own guest;
