@@ -49,14 +49,29 @@ def run(argv):
     return code or (1 if drawn else 0)
 
 
-TEST_HELP = """usage: pmlab test [--results DIR] [pytest options and arguments]
+# ./pmlab test --fast: what someone changing the host code runs after each
+# change (no guest, no kernel tarball/tree/checkpatch/build, no Chromium)
+FAST_MARKERS = "not guest and not kernel and not browser"
+
+TEST_HELP = f"""usage: pmlab test [--fast] [--results DIR] [pytest options and arguments]
 
 Run the test suite: /usr/bin/python3 -m pytest pytest/ -p no:cacheprovider
 --junitxml=RESULTS/junit.xml, followed by every argument given here
 (e.g. ./pmlab test -m 'not guest', ./pmlab test pytest/test_judge.py -k mem).
-./pmlab test first installs, checks the patch series and builds (the pmlab
-script's prepare step).
+./pmlab test first installs and builds (the pmlab script's prepare step, as
+root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
 
+  --fast          the tests that need no guest, no kernel (tarball, tree,
+                  checkpatch or build) and no browser:
+                  -m '{FAST_MARKERS}'
+                  (with a -m EXPR of yours: -m '({FAST_MARKERS}) and (EXPR)'),
+                  on pytest-xdist workers (-n auto) unless you give -n or
+                  -p no:xdist, with a quarter of each property test's
+                  examples (--fuzz-share 25; the full run: all of them) and
+                  its temporary files in /dev/shm (unless TMPDIR is set).
+                  ./pmlab test --fast installs, builds and checks nothing
+                  first and needs no root: ~590 tests in under a minute on
+                  2 cores.
   --results DIR   results root of the guest tests' run and of junit.xml
                   (pytest's own name for it is --lab-results)
   --kernel SPEC [--series DIR|none]
@@ -74,7 +89,32 @@ def test(argv):
     if "-h" in argv or "--help" in argv:
         print(TEST_HELP, end="")
         return 0
-    results, rest, index = options.RESULTS, [], 0
+
+    def fast_arguments(rest):
+        """pytest arguments for --fast: rest with its -m EXPR (the last, as
+        pytest reads it) joined to FAST_MARKERS, -n auto on a machine of
+        several CPUs unless rest chooses the workers itself, and
+        --fuzz-share=25 unless rest gives a share."""
+        kept, marks, index = [], [], 0
+        while index < len(rest):
+            arg = rest[index]
+            if arg == "-m" and index + 1 < len(rest):
+                marks.append(rest[index + 1])
+                index += 2
+                continue
+            if arg.startswith("-m") and len(arg) > 2:
+                marks.append(arg[2:])
+            else:
+                kept.append(arg)
+            index += 1
+        expression = f"({FAST_MARKERS}) and ({marks[-1]})" if marks else FAST_MARKERS
+        own_workers = any(arg in ("-n", "--numprocesses", "--dist", "no:xdist", "-pno:xdist")
+                          or arg.startswith(("-n", "--numprocesses=", "--dist=")) for arg in kept)
+        workers = [] if own_workers or (os.cpu_count() or 1) < 2 else ["-n", "auto"]
+        share = [] if any(arg.startswith("--fuzz-share") for arg in kept) else ["--fuzz-share=25"]
+        return ["-m", expression] + workers + share + kept
+
+    results, rest, fast, index = options.RESULTS, [], False, 0
     while index < len(argv):
         arg = argv[index]
         if arg == "--results" and index + 1 < len(argv):
@@ -82,13 +122,27 @@ def test(argv):
             continue
         if arg.startswith("--results="):
             results = arg.partition("=")[2]
+        elif arg == "--fast":
+            fast = True
         else:
             rest.append(arg)
         index += 1
+    if fast:
+        rest = fast_arguments(rest)
+        # Temporary files in memory: the tests write thousands of records,
+        # each line fsync'ed by lab.records (free on tmpfs, not on a disk).
+        if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+            os.environ["TMPDIR"] = "/dev/shm"
+    # Tests named (pytest/test_judge.py, pytest/test_x.py::test_y) are what
+    # runs; without any, the whole of pytest/.
+    suite = os.path.join(REPO, "pytest")
+    named = [arg for arg in rest if not arg.startswith("-")
+             and os.path.exists(os.path.join(REPO, arg.split("::")[0]))
+             and os.path.commonpath([os.path.realpath(os.path.join(REPO, arg.split("::")[0])), suite]) == suite]
     results = os.path.abspath(results)
     os.makedirs(results, exist_ok=True)
-    command = [PYTHON, "-m", "pytest", "pytest/", "-p", "no:cacheprovider",
-               f"--junitxml={os.path.join(results, 'junit.xml')}", "--lab-results", results] + rest
+    command = [PYTHON, "-m", "pytest"] + ([] if named else ["pytest/"]) + [
+        "-p", "no:cacheprovider", f"--junitxml={os.path.join(results, 'junit.xml')}", f"--lab-results={results}"] + rest
     os.chdir(REPO)
     sys.stdout.flush()
     os.execv(PYTHON, command)

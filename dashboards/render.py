@@ -27,18 +27,13 @@ import shutil
 import sys
 import urllib.parse
 
+from dashboards.page_json import embed
 from lab import files
 
 PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "page")
 CHARTJS = "/usr/share/javascript/chart.js/chart.min.js"
 PLACEHOLDER = "<!--PMLAB-DASHBOARD-DATA-->"
 ASSETS = ("dashboard-page.js", "dashboard-page.css")
-
-
-def embed(dashboard):
-    """JSON text safe inside a <script> element."""
-    text = json.dumps(dashboard, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def links(timelines, out_dir):

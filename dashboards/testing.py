@@ -144,13 +144,15 @@ def write_run(results_root, run_id, records, manifest=None, summary=True):
 
 
 def manifest(commit, series_hash="none", variant="baseline", host="lab-host"):
-    """A run manifest as lab.manifest.collect() writes it."""
+    """A run manifest as lab.manifest.collect() writes it for the default
+    artifacts (build/out of this checkout, as an absolute path)."""
     return {
         "schema": "pmlab-run-manifest/1", "run_id": None, "shard": None,
         "project": {"commit": commit, "dirty": False},
-        "kernel": {"artifacts_dir": "/work/main/build/out", "variant": variant, "tree": "linux-source-6.1.tar.xz",
-                   "tree_version": "6.1.192", "kernelrelease": "6.1.192+", "series_hash": series_hash,
-                   "config_hash": "f72122b6d06e6eb3", "compiler": "gcc", "build_commit": commit[:7]},
+        "kernel": {"artifacts_dir": os.path.join(REPO, "build", "out"), "variant": variant,
+                   "tree": "linux-source-6.1.tar.xz", "tree_version": "6.1.192", "kernelrelease": "6.1.192+",
+                   "series_hash": series_hash, "config_hash": "f72122b6d06e6eb3", "compiler": "gcc",
+                   "build_commit": commit[:7]},
         "tools": {"qemu": "7.2.22", "ovmf": "2022.11-6+deb12u2", "libvirt_daemon_system": "9.0.0-4+deb12u2",
                   "libvirtd": "9.0.0"},
         "host": {"hostname": host, "kernel": "6.1.0", "machine": "x86_64", "os": "Debian GNU/Linux 12 (bookworm)",

@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-from dashboards import render
+from dashboards import page_json
 from lab import files, guest_report, pmtest_log, records, trace
 from lab.oracle import observe
 
@@ -271,7 +271,7 @@ def page(data):
                "img-src data:",
         "TITLE": title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;"),
         "STYLE": style,
-        "DATA": render.embed(data),  # no string in it can close the element
+        "DATA": page_json.embed(data),  # no string in it can close the element
         "SCRIPT": script,
     }
     for key in values:
@@ -317,7 +317,8 @@ def _up_to_date(page_path, sources):
         return False
 
 
-CODE = [os.path.abspath(__file__)] + [os.path.join(PAGE, name) for name in (TEMPLATE, SCRIPT, STYLE)]
+CODE = [os.path.abspath(__file__), os.path.abspath(page_json.__file__)] + \
+    [os.path.join(PAGE, name) for name in (TEMPLATE, SCRIPT, STYLE)]
 
 
 def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, pairs=None):

@@ -1,9 +1,14 @@
 """pytest entry for pmlab's lab.
 
-  /usr/bin/python3 -m pytest pytest/                       parsers + the default guest sample
-  /usr/bin/python3 -m pytest pytest/ -m 'not guest'        parsers only (no guest, seconds)
+  /usr/bin/python3 -m pytest pytest/                       everything but the pipeline tests
+  /usr/bin/python3 -m pytest pytest/ -m 'not guest'        no guest; the kernel tests need build/ (~4 min)
+  ./pmlab test --fast                                      = -m 'not guest and not kernel and not browser'
+                                                             -n auto --fuzz-share=25: ~40 s on 2 cores, no root
   /usr/bin/python3 -m pytest pytest/ -m guest -n 2 --mode mem --cycles 10
   ... --baseline | --artifacts DIR, --wake, --uri, --profile, --watchdog PHASE=S
+
+Markers: guest (boots QEMU guests), kernel (needs the kernel tarball, tree
+or build), browser (Chromium), pipeline (deselected unless --pipeline-tests).
 
 One test item per cycle (test_cycle[003-mem-pmwakeup]), so JUnit XML names
 the failing cycle. With pytest-xdist (-n N) each worker boots its own guest;
@@ -28,6 +33,7 @@ from lab.request import watchdogs_from  # noqa: E402
 from lab.records import RunDir, new_run_id  # noqa: E402
 
 RECORDINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recordings")
+FUZZ_SHARE = 100  # --fuzz-share: the percentage of each property test's examples that runs
 
 
 def pytest_addoption(parser):
@@ -47,6 +53,9 @@ def pytest_addoption(parser):
     group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
     group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
     group.addoption("--lab-results", default=os.path.join(REPO, "results"), help="results root")
+    group.addoption("--fuzz-share", type=int, default=100, metavar="PERCENT",
+                    help="run this share of each property test's examples (pytest/test_parser_fuzz.py; "
+                         "at least 10 each); ./pmlab test --fast runs 25")
     group.addoption("--pipeline-tests", action="store_true",
                     help="also run the tests marked pipeline (they need a second kernel build: "
                          "the kernel-deep job of pipelines/ci runs them)")
@@ -55,9 +64,16 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "guest: boots real QEMU guests through libvirt (slow)")
     config.addinivalue_line("markers", "browser: drives headless Chromium (dashboard page)")
+    config.addinivalue_line("markers", "kernel: needs a kernel source: Debian's linux-source tarball, the tree "
+                            "kernel/build extracts (checkpatch, sleepgraph), or its build (build/out, the "
+                            "initramfs); ./pmlab test --fast leaves these out")
     config.addinivalue_line("markers", "pipeline: longer than CI's test budget (the unpatched "
                             "baseline kernel, a second full build; the LAVA lab, installed and brought up): run by pipelines/ci's kernel-deep job with --pipeline-tests, "
                             "deselected (never skipped) in ./pmlab test")
+    global FUZZ_SHARE
+    FUZZ_SHARE = config.getoption("--fuzz-share")
+    if not 1 <= FUZZ_SHARE <= 100:
+        raise pytest.UsageError(f"--fuzz-share {FUZZ_SHARE}: a percentage from 1 to 100")
     if hasattr(config, "workerinput"):
         config.pmlab_run_id = config.workerinput["pmlab_run_id"]
     else:

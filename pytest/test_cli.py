@@ -84,8 +84,59 @@ def test_test_verb_passes_its_arguments_to_pytest_and_results_to_lab_results(tmp
                            "--collect-only", "-q", "pytest/test_modes.py"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "pytest/test_modes.py::test_default_plan_is_the_sample" in done.stdout
+    assert "pytest/test_modes.py::test_default_plan_is_the_sample" in done.stdout.splitlines()
+    assert "test_judge.py::" not in done.stdout  # the tests named, not the whole of pytest/
     assert (tmp_path / "junit.xml").is_file()
+
+
+def test_fast_leaves_out_the_guest_kernel_and_browser_tests(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cli.main", "test", "--fast", "--results", str(tmp_path),
+                           "--collect-only", "-q", "-p", "no:xdist"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    items = [line for line in done.stdout.splitlines() if line.startswith("pytest/")]
+    assert "pytest/test_modes.py::test_default_plan_is_the_sample" in items
+    assert "pytest/test_kernel.py::test_a_dropped_option_is_reported_with_its_line" in items  # no kernel needed
+    for left_out in ("test_kernel.py::test_series_is_checkpatch_clean_and_applies",  # kernel
+                     "test_cycles.py::", "test_device_matrix.py::",  # guest
+                     "test_dashboard_page.py::"):  # browser
+        assert not [item for item in items if left_out in item], left_out
+    assert len(items) > 500
+
+
+def test_fast_narrows_a_marker_expression_of_yours(tmp_path):
+    """-m kernel selects test_kernel.py's kernel tests; after --fast, none
+    (pytest exits 5): the two expressions are joined, neither replaces the
+    other."""
+    def collect(*args):
+        return subprocess.run([sys.executable, "-m", "cli.main", "test", *args, "--results", str(tmp_path),
+                               "--collect-only", "-q", "-p", "no:xdist", "pytest/test_kernel.py"], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+    assert "pytest/test_kernel.py::test_series_is_checkpatch_clean_and_applies" in collect("-m", "kernel").stdout
+    done = collect("--fast", "-m", "kernel")
+    assert done.returncode == 5 and "no tests collected" in done.stdout, done.stdout + done.stderr
+
+
+def test_pmlab_test_fast_prepares_nothing(tmp_path):
+    """./pmlab test --fast neither installs nor builds, so it needs no root:
+    with an id(1) that says uid 1000, ./pmlab test stops at the root check
+    and ./pmlab test --fast runs pytest."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")
+    (bin_dir / "id").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    results = str(tmp_path / "results")
+
+    def pmlab_as_user(*args):
+        return subprocess.run([os.path.join(REPO, "pmlab"), "test", *args, "--results", results, "--collect-only",
+                               "-q", "-p", "no:xdist", "pytest/test_modes.py::test_default_plan_is_the_sample"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    refused = pmlab_as_user()
+    assert refused.returncode == 2 and "run as root" in refused.stderr, refused.stderr
+    done = pmlab_as_user("--fast")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "== pmlab:" not in done.stderr and "test_default_plan_is_the_sample" in done.stdout
 
 
 @pytest.mark.parametrize("args, problem", [([], "the following arguments are required"),

@@ -27,6 +27,7 @@ def series(patches=PATCHES):
     return series_patches(patches)
 
 
+@pytest.mark.kernel
 def test_series_is_checkpatch_clean_and_applies():
     result = run("kernel/check-series")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -36,6 +37,7 @@ def test_series_is_checkpatch_clean_and_applies():
 
 
 @pytest.mark.pipeline
+@pytest.mark.kernel
 def test_6_12_series_is_checkpatch_clean_and_applies():
     """The port to linux-source-6.12 (kernel/patches/6.12), checked with 6.12's
     own checkpatch in its own build directory.  Extracting a second tree takes
@@ -50,6 +52,7 @@ def test_6_12_series_is_checkpatch_clean_and_applies():
     assert f"all {len(names)} patches apply to linux-source-6.12.tar.xz" in result.stdout
 
 
+@pytest.mark.kernel
 def test_patch_that_does_not_apply_is_named_with_its_file(tmp_path):
     broken = tmp_path / "patches"
     shutil.copytree(PATCHES, broken)
@@ -65,6 +68,7 @@ def test_patch_that_does_not_apply_is_named_with_its_file(tmp_path):
     assert "include/linux/pm.h" in result.stderr
 
 
+@pytest.mark.kernel
 def test_every_prefix_of_the_series_compiles_the_c_files_it_touches():
     """Not a full build of each prefix (kernel/check-series --touched-prefixes
     compiles only the .c files a prefix changes)."""
@@ -89,6 +93,7 @@ def out(pytestconfig):
     return artifacts_dir(pytestconfig)
 
 
+@pytest.mark.kernel
 def test_every_fragment_option_survived_kconfig(out):
     config = os.path.join(out, "config")
     assert os.path.exists(config), f"{config} missing: run kernel/build"
@@ -121,6 +126,7 @@ def test_a_base_config_value_the_fragment_replaces_is_named(tmp_path):
         f"{fragment}:3: CONFIG_SLOB=n replaces CONFIG_SLOB=y of {base} (the lab needs the fragment's value)"]
 
 
+@pytest.mark.kernel
 def test_pmtest_module_is_built_for_this_kernel_with_the_new_callbacks(out):
     """Built for this kernel, with the quiesce/recover callbacks exactly
     when its series adds them (pmtest's Kbuild reads <linux/pm.h>)."""

@@ -47,6 +47,7 @@ def tree(tmp_path):
     return path
 
 
+@pytest.mark.kernel  # Debian's linux-source tarball
 def test_the_default_kernel_keeps_build_and_its_series():
     kernel = kernels.resolve(build_env="")
     assert kernel.spec == "linux-source-6.1" and kernel.key == ""
@@ -101,6 +102,7 @@ def test_bad_specs_are_named(tree, tmp_path, spec, series, message):
     assert message.format(**fill) in str(caught.value)
 
 
+@pytest.mark.kernel  # Debian's linux-source tarball
 def test_the_options_name_one_kernel():
     parser = __import__("argparse").ArgumentParser()
     options.add_kernel(parser)
@@ -112,6 +114,7 @@ def test_the_options_name_one_kernel():
         options.artifacts_dir(parser.parse_args(["--kernel", "v6.12"]))
 
 
+@pytest.mark.kernel  # Debian's linux-source tarball
 def test_a_users_config_is_part_of_the_key_and_is_checked(tree, tmp_path):
     config = tmp_path / "my.config"
     config.write_text("CONFIG_64BIT=y\n# CONFIG_SWAP is not set\n")
@@ -199,6 +202,7 @@ def test_a_build_of_another_commit_is_not_current_for_the_commit_pipeline(tmp_pa
     assert commit.kernel_current(kernel.artifacts, kernel=kernel) == (True, "series none, inputs older than the build")
 
 
+@pytest.mark.kernel  # Debian's linux-source tarball
 def test_the_test_suite_boots_the_kernel_its_options_name(pytestconfig, monkeypatch):
     """./pmlab test --kernel SPEC: the guest tests' artifacts are that
     kernel's build directory, read as every verb reads --kernel; a bad spec

@@ -2,8 +2,12 @@
 
 Every .py under lab/, dashboards/ and pipelines/ is parsed (ast, imports
 inside functions included): nothing in lab/ imports dashboards or pipelines,
-nothing in dashboards/ imports pipelines. And only lab/records.py names
-cycles.jsonl in code: one module reads and writes it.
+nothing in dashboards/ imports pipelines. Imports by name count as well:
+importlib.import_module("pipelines.merge"), __import__(...),
+runpy.run_module(...) and a subprocess's ["python3", "-m", "pipelines.merge"];
+one whose module name is computed (a variable, "pipelines." + name is read
+as pipelines) cannot be checked and is refused in every layer. And only
+lab/records.py names cycles.jsonl in code: one module reads and writes it.
 
 Checking input, planning a run and judging a recorded one need no libvirt:
 those modules are imported, and `./pmlab judge` is run, in a Python where
@@ -24,33 +28,66 @@ LAYERS = ("lab", "dashboards", "pipelines")  # each may import only those before
 FORBIDDEN = {"lab": {"dashboards", "pipelines"}, "dashboards": {"pipelines"}, "pipelines": set()}
 
 
-def sources(layer):
-    for root, _, names in os.walk(os.path.join(REPO, layer)):
+# An import by name whose module the test cannot read (a computed name).
+DYNAMIC = "<a computed module name>"
+# Calls that import the module their first argument names: importlib's
+# import_module and __import__, the builtin __import__, runpy.run_module.
+IMPORT_CALLS = {"import_module", "__import__", "run_module"}
+
+
+def sources(layer, repo=REPO):
+    for root, _, names in os.walk(os.path.join(repo, layer)):
         for name in sorted(names):
             if name.endswith(".py"):
                 yield os.path.join(root, name)
 
 
+def _named_package(node):
+    """The top-level package of a module named by an expression: a string,
+    or one built from a constant start that holds the package ("pipelines." +
+    name, f"pipelines.{name}"); DYNAMIC for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.split(".")[0]
+    start = None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        start = node.left
+    elif isinstance(node, ast.JoinedStr) and node.values:
+        start = node.values[0]
+    if isinstance(start, ast.Constant) and isinstance(start.value, str) and "." in start.value:
+        return start.value.split(".")[0]
+    if isinstance(start, (ast.BinOp, ast.JoinedStr)):
+        return _named_package(start)
+    return DYNAMIC
+
+
 def imported_packages(text):
-    """The top-level packages a module's source imports, anywhere in it."""
+    """The top-level packages a module's source imports, anywhere in it,
+    by statement or by name (IMPORT_CALLS, python3 -m)."""
     found = set()
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__" \
-                and node.args and isinstance(node.args[0], ast.Constant):
-            found.add(str(node.args[0].value).split(".")[0])
+        elif isinstance(node, ast.Call) and (getattr(node.func, "id", None) in IMPORT_CALLS
+                                             or getattr(node.func, "attr", None) in IMPORT_CALLS):
+            name = node.args[0] if node.args else \
+                next((keyword.value for keyword in node.keywords if keyword.arg in ("name", "mod_name")), None)
+            found.add(DYNAMIC if name is None else _named_package(name))
+        elif isinstance(node, (ast.List, ast.Tuple)):  # an argv: [python, "-m", "pipelines.merge", ...]
+            for flag, name in zip(node.elts, node.elts[1:]):
+                if isinstance(flag, ast.Constant) and flag.value == "-m" \
+                        and isinstance(name, ast.Constant) and isinstance(name.value, str):
+                    found.add(name.value.split(".")[0])
     return found
 
 
-def upward_imports(layer):
+def upward_imports(layer, repo=REPO):
     bad = []
-    for path in sources(layer):
+    for path in sources(layer, repo):
         with open(path) as source:
-            for package in sorted(imported_packages(source.read()) & FORBIDDEN[layer]):
-                bad.append(f"{os.path.relpath(path, REPO)} imports {package}")
+            for package in sorted(imported_packages(source.read()) & (FORBIDDEN[layer] | {DYNAMIC})):
+                bad.append(f"{os.path.relpath(path, repo)} imports {package}")
     return bad
 
 
@@ -65,6 +102,37 @@ def test_the_import_check_sees_every_kind_of_import():
             "def f():\n    import pipelines.merge\n    return __import__('dashboards.compute')\n")
     assert imported_packages(text) == {"os", "dashboards", "pipelines"}
     assert imported_packages("from . import x\nfrom lab.records import read_cycles\n") == {"lab"}
+
+
+@pytest.mark.parametrize("code, package", [
+    ("import importlib\nimportlib.import_module('pipelines.merge')", "pipelines"),
+    ("from importlib import import_module\nimport_module('dashboards.compute')", "dashboards"),
+    ("import importlib\nimportlib.import_module(name='pipelines')", "pipelines"),
+    ("import importlib\nimportlib.__import__('pipelines.merge')", "pipelines"),
+    ("import builtins\nbuiltins.__import__('dashboards')", "dashboards"),
+    ("import runpy\nrunpy.run_module('pipelines.merge', run_name='__main__')", "pipelines"),
+    ("import importlib\nimportlib.import_module('pipelines.' + kind)", "pipelines"),
+    ("import importlib\nimportlib.import_module(f'pipelines.{kind}')", "pipelines"),
+    ("import importlib\nimportlib.import_module(kind)", DYNAMIC),
+    ("import importlib\nimportlib.import_module(f'{kind}.merge')", DYNAMIC),
+    ("import importlib\nimportlib.import_module('pipe' + 'lines.merge')", DYNAMIC),
+    ("import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'pipelines.merge', out])", "pipelines"),
+])
+def test_the_import_check_sees_imports_by_name(code, package):
+    assert package in imported_packages(code)
+
+
+def test_an_upward_import_by_name_is_caught(tmp_path):
+    """A module of lab/ that imports a pipeline through importlib, or a
+    module whose name it computes, fails the layer check; lab's own imports
+    by name do not."""
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "sneaky.py").write_text(
+        "import importlib\n\ndef merge(runs):\n    return importlib.import_module('pipelines.merge').merge(runs)\n")
+    (tmp_path / "lab" / "plugin.py").write_text("def load(name):\n    return __import__(name)\n")
+    (tmp_path / "lab" / "fine.py").write_text("import importlib\nrecords = importlib.import_module('lab.records')\n")
+    assert upward_imports("lab", str(tmp_path)) == [f"lab{os.sep}plugin.py imports {DYNAMIC}",
+                                                    f"lab{os.sep}sneaky.py imports pipelines"]
 
 
 def code_strings(text):

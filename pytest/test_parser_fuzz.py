@@ -47,6 +47,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # python3
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import conftest  # noqa: E402  (--fuzz-share)
 from lab import console, guest_report, modes, pmtest_log, trace  # noqa: E402
 from lab import lava  # noqa: E402
 from lab.records import RunDir  # noqa: E402
@@ -72,7 +73,9 @@ HUGE = 100_000
 
 
 def fuzz(examples):
-    """Deterministic (derandomized, no example database), `examples` a test."""
+    """Deterministic (derandomized, no example database), `examples` a test
+    (--fuzz-share P: P % of them, at least 10; ./pmlab test --fast: 25 %)."""
+    examples = max(10, examples * conftest.FUZZ_SHARE // 100)
     return settings(derandomize=True, database=None, deadline=None, max_examples=examples, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.large_base_example])
@@ -214,7 +217,7 @@ def check_trace(text):
     failed = trace.failed_callbacks(sequences)
     unfinished = [(device, call["cb"]) for device, calls in sequences.items() for call in calls if call["us"] is None]
     assert all(isinstance(err, int) for _, _, err in failed)
-    return {"events": [dataclasses.astuple(e) for e in events], "timing": timing, "phases": phases,
+    return {"events": events, "timing": timing, "phases": phases,
             "callbacks": sequences, "failed": failed, "unfinished": unfinished,
             "phase_of": sorted({(c["cb"], trace.phase_of(c["cb"])) for calls in sequences.values() for c in calls})}
 
@@ -236,7 +239,17 @@ def check_calls(calls):
         assert isinstance(call, observe.Call) and call.index == position
         assert isinstance(call.device, str) and isinstance(call.callback, str) and isinstance(call.ret, int)
         assert isinstance(str(call), str)
-    return [dataclasses.astuple(dataclasses.replace(c, tags=sorted(c.tags))) for c in calls]
+    return calls
+
+
+def digestible(out):
+    """check_report's output with its events and calls as tuples, as DIGESTS
+    were taken (converted only there: dataclasses.astuple costs more than
+    the parsers themselves, and the fuzz tests need no digest)."""
+    out = dict(out, trace=dict(out["trace"], events=[dataclasses.astuple(e) for e in out["trace"]["events"]]))
+    for key in ("oracle_pmtest", "oracle_trace"):
+        out[key] = [dataclasses.astuple(dataclasses.replace(c, tags=sorted(c.tags))) for c in out[key]]
+    return out
 
 
 def check_report(text):
@@ -395,7 +408,7 @@ DIGESTS = {
 def parsed(name):
     data = raw(name)
     if name.startswith("report-"):
-        out = check_report(text_of(data))
+        out = digestible(check_report(text_of(data)))
     elif name.startswith("console-"):
         out = check_console(text_of(data))
     else:

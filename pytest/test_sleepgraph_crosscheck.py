@@ -144,6 +144,7 @@ def assert_agrees(report, ftrace, dmesg, out, mode):
             "callbacks": len(calls), "worst_ms": worst}
 
 
+@pytest.mark.kernel  # sleepgraph.py is the kernel tree's
 @pytest.mark.parametrize("name", ["mem", "disk"])
 def test_recorded_cycle_agrees_with_sleepgraph(name, tmp_path):
     report, record = recorded(name)
@@ -206,6 +207,7 @@ def test_live_s3_cycle_agrees_with_sleepgraph(lab_run, tmp_path):
     assert numbers["suspend"][0] == record["suspend_ms"] and numbers["resume"][0] == record["resume_ms"]
 
 
+@pytest.mark.kernel  # sleepgraph.py is the kernel tree's
 def test_pipeline_draws_a_sample_of_a_run_next_to_its_reports(tmp_path):
     """./pmlab sleepgraph on a run of the two recorded cycles: the files are
     written from the reports (the records have none), then the pages."""

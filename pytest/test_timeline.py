@@ -403,9 +403,9 @@ def test_dashboard_draws_the_pages_it_links(linked_dashboard):
     timeline.for_dashboard([str(results)], board, note=lambda message: None)
     assert abs(os.path.getmtime(nine) - time.time()) < 600
     # max_at names the cycle of the slowest call
+    with_callbacks = testing.with_callbacks(testing.recorded_records())
     for row in board["latency"]["top_p95"]:
-        cycle = next(r for r in testing.with_callbacks(testing.recorded_records())
-                     if r["cycle"] == row["max_at"]["cycle"])
+        cycle = next(r for r in with_callbacks if r["cycle"] == row["max_at"]["cycle"])
         device_calls = [c for c in cycle["callbacks"].get(row["device"], ())
                         if compute.buckets.callback_phase(c["cb"]) == row["phase"]]
         assert any(c["us"] is not None and round(c["us"], 1) == row["max"] for c in device_calls), row
