@@ -30,7 +30,7 @@ An unfinished cycle is one whose last word is its "started" line: the
 harness is still running it, or was killed before it could write the end.
 It is counted as "unfinished" (never as hang, fail or error), is not passed,
 and counts against the pass rate. A pipeline that knows the harness is gone
-(pipelines/nightly, when importing a killed chunk) closes it with
+(pipelines/nightly, when a chunk's lab.run process has ended) closes it with
 close_interrupted(): verdict error, phase "interrupted".
 
 The pass rate (pass_rate) is pass / (pass + fail + hang + unfinished) over

@@ -1,7 +1,7 @@
 """JUnit XML from a run's cycles: one <testcase> per cycle, one <testsuite>
 per mode, so CI systems (GitLab, GitHub, Jenkins) list each failing cycle.
 
-  /usr/bin/python3 -m pipelines.junit RUN_DIR [-o junit.xml]
+  ./pmlab junit RUN_DIR [-o junit.xml]
 
 verdict pass -> passed; fail / hang -> <failure type=verdict>; error (the lab
 failed, not the kernel) -> <error>; a cycle with only its "started" line ->

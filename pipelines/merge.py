@@ -1,7 +1,6 @@
 """Merge shard run directories into one run directory.
 
-  /usr/bin/python3 -m pipelines.merge OUT_DIR SHARD_DIR... [--run-id ID]
-  pipelines/merge OUT_DIR SHARD_DIR...
+  ./pmlab merge OUT_DIR SHARD_DIR... [--run-id ID]
 
 Every cycle keeps its number; the merged cycles.jsonl holds the final
 record of each cycle once, in cycle order, with the merged run id (by

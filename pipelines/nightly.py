@@ -7,7 +7,7 @@ resumable, shardable.
 
 Plan: cycle n runs modes[(n-1) % len(modes)] (pipelines/plan.py); --shard
 i/N runs only cycles i, i+N, ... into results/<run-id>-shard<i>of<N>/ (the
-records all carry run_id <run-id>; pipelines/merge joins the shards).
+records all carry run_id <run-id>; ./pmlab merge joins the shards).
 --hours bounds this invocation: no chunk is started that would not fit.
 
 Each chunk (the next K planned cycles, one guest boot) is a RunRequest

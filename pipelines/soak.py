@@ -12,7 +12,7 @@ a NightlyRequest, pipelines/nightly.py, written by its one encoder). The kernel 
 results/<run-id>/artifacts/, so every guest of the soak boots the same
 kernel even if build/out is rebuilt meanwhile. Rerunning the same command
 resumes every shard (nightly's resume). When the shards end, they are
-merged (pipelines/merge) into results/<run-id>/merged/, lab.bench measures
+merged (pipelines/merge.py) into results/<run-id>/merged/, lab.bench measures
 the harness against raw QEMU on this machine, and the report gives:
 cycles per mode and verdict, success rate with its 95 % interval, wall time,
 cycles per hour (all guests) and S3 cycles per hour per guest, cycles per

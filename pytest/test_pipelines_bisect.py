@@ -1,4 +1,4 @@
-"""pipelines/bisect on a throwaway patch series with a deliberately broken patch.
+"""./pmlab bisect on a throwaway patch series with a deliberately broken patch.
 
 Two tests:
   - test_bisect_names_first_bad_patch_with_check_cmd: the git-bisect machinery
@@ -6,7 +6,7 @@ Two tests:
     patch) with a check command standing in for the build: seconds.
   - test_bisect_kernel_build_names_patch_that_does_not_compile: the real
     thing at compile level: 4 small patches on top of the project's 6.1
-    series, the 3rd does not compile; `pipelines/bisect N N+4 --check build`
+    series, the 3rd does not compile; `./pmlab bisect N N+4 --check build`
     runs kernel/build (container, ccache, under flock
     /tmp/pmlab-kernel-build.lock) per step in build/bisect-test and must name
     the 3rd patch. On top of the series, not of the pristine tree, so the

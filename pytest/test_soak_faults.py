@@ -1,5 +1,5 @@
 """Faults a soak must survive, each injected into a real run (lab.run or
-pipelines/nightly as a child process, real guests), then the results read
+./pmlab nightly as a child process, real guests), then the results read
 back: the harness killed, QEMU killed, a guest panic, a full results disk,
 libvirtd restarted. The guest hang is test_cycles.py's hang test.
 
