@@ -2,7 +2,7 @@
 
   ./pmlab bench [--mode mem*20] [--profile q35-ovmf|pc-seabios]
                 [--baseline | --artifacts DIR] [--stock-floor | --no-stock-floor]
-  (or lab/bench, /usr/bin/python3 -m lab.bench; --cycles 20 is the older --mode mem*20)
+  (--cycles 20 is the older --mode mem*20)
 
 The floor: plain qemu-system-x86_64 (no libvirt) with the same machine,
 firmware, kernel, initramfs and devices as the lab's domain, and a QMP socket.
