@@ -1,6 +1,6 @@
 """Dashboard JSON from one or many runs.
 
-  /usr/bin/python3 -m dashboards.compute RESULTS_DIR_OR_RUN_DIRS... [-o dashboard.json] [--strict]
+  ./pmlab dashboard RESULTS_DIR_OR_RUN_DIRS... [-o dashboard.json] [--strict]
 
 Sections (dashboards/schema/dashboard.v1.json):
   success      per mode: verdict counts, success rate and its Wilson 95 %

@@ -1,6 +1,6 @@
 """The static dashboard page, next to its dashboard.json.
 
-  /usr/bin/python3 -m dashboards.render dashboard.json [--chartjs PATH]
+  ./pmlab dashboard (compute, then render: render.main([dashboard.json, ...]))
 
 writes, in the directory of dashboard.json:
   dashboard.html        the page, with the JSON embedded in

@@ -1,7 +1,7 @@
 """One cycle's timeline page: its suspend/resume phases and every device's
 PM callbacks on a time axis (in the manner of sleepgraph's timeline).
 
-  /usr/bin/python3 -m dashboards.timeline RUN_DIR [CYCLE ...]
+  ./pmlab timeline RUN_DIR [CYCLE ...]
 
 writes RUN_DIR/timelines/cycle-NNNN.html for the cycles given, or for every
 cycle that did not pass, and prints the paths written. The page is one file
@@ -422,7 +422,7 @@ def draw_and_print(run_dir, cycles):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m dashboards.timeline", description=DESCRIPTION, epilog=EPILOG)
+    parser = argparse.ArgumentParser(prog="pmlab timeline", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("run", metavar="RUN_DIR", help="a run directory (holding cycles.jsonl and reports/)")
     parser.add_argument("cycles", nargs="*", type=int, metavar="CYCLE",
                         help="cycle numbers to draw (default: every cycle that did not pass)")

@@ -1,6 +1,6 @@
 """Run sleep cycles from the command line.
 
-  ./pmlab run --mode mem*10                        (or /usr/bin/python3 -m lab.run ...)
+  ./pmlab run --mode mem*10
   ./pmlab run --mode freeze*3,disk/reboot*3 --baseline
   ./pmlab run                                      # the default sample: mem*10, freeze*5, disk*3
   ./pmlab run --mode mem*3 --inject '2:delay=* suspend 60000' \\

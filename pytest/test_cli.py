@@ -70,6 +70,28 @@ def test_the_project_has_one_door():
         "dashboards/bench_compute.py", "dashboards/manifest.py", "lab/kernels.py", "pipelines/baseline_compare.py"]
 
 
+def test_every_module_the_project_runs_has_a_main():
+    """`python3 -m lab.run` would import the module and exit 0, running
+    nothing: every `-m MODULE` in the code, the scripts and the CI files
+    names a module with a main."""
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True).stdout
+    paths = [line.split()[3] for line in tracked.splitlines()
+             if line.split()[3].endswith((".py", ".yml")) or line.startswith("100755")]
+    runnable = {"pytest", "cli.main"}
+    missing = []
+    # these two name such modules on purpose: this test, and the layer test's planted imports
+    for path in (p for p in paths if p not in ("pytest/test_cli.py", "pytest/test_layers.py")):
+        with open(os.path.join(REPO, path), errors="replace") as source:
+            text = source.read()
+        for module in re.findall(r"""(?:-m\s+|["']-m["'],\s*["'])([a-z_]+(?:\.[a-z_]+)+|pytest)\b""", text):
+            if module in runnable:
+                continue
+            file = os.path.join(REPO, *module.split(".")) + ".py"
+            if not os.path.isfile(file) or "__main__" not in open(file).read():
+                missing.append(f"{path}: -m {module}")
+    assert not missing, missing
+
+
 @pytest.mark.parametrize("args, problem", [(["frobnicate"], "unknown verb 'frobnicate'"),
                                            ([], "no verb given")])
 def test_a_bad_verb_exits_2_with_the_usage(args, problem):

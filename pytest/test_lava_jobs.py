@@ -72,7 +72,7 @@ def test_a_job_gets_one_boot_and_monitor_segment_per_s4_cycle():
 
 
 def _engine(*argv):
-    """LavaEngine for `python3 -m lab.run --engine lava ARGV` (its checks
+    """LavaEngine for `./pmlab run --engine lava ARGV` (its checks
     come before it asks lavacli anything)."""
     import argparse
 

@@ -10,7 +10,7 @@ returning -EIO from suspend, suspend_late, suspend_noirq), S3 woken by the
 RTC. Split in two jobs: cycles 1-3 (S3, S4, then a fault on the resumed
 guest) and 4-5. The artifacts' initramfs must carry guest/init with
 pmlab.mode=lava (lab/build-initramfs). Both run through the one door,
-python3 -m lab.run --engine lava (lab/lava.py), which serves the run's
+./pmlab run --engine lava (lab/lava.py), which serves the run's
 artifacts over HTTP.
 
 Then LAVA beyond one machine: a 2-job plan on two workers that cannot see
@@ -75,9 +75,10 @@ def _pmtest_callbacks(record, reader):
 
 
 def lava_run(results, run_id, plan_args, *engine_args, artifacts=None):
-    """`python3 -m lab.run --engine lava` (the LAVA engine, lab/lava.py) with
+    """`./pmlab run --engine lava` (the LAVA engine, lab/lava.py) with
     no reruns: (its final records, its summary, its output)."""
-    command = [sys.executable, "-m", "lab.run", "--engine", "lava", "--results", results, "--run-id", run_id,
+    command = [sys.executable, "-m", "cli.main", "run", "--no-dashboard", "--engine", "lava", "--results", results,
+               "--run-id", run_id,
                "--lab-reruns", "0", "--profile", PROFILE, *plan_args, *engine_args]
     command += ["--artifacts", artifacts] if artifacts else []
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
@@ -115,7 +116,7 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
         seen = {key: by_lava.get(key) for key in COMPARED}
         expected = {key: by_libvirt.get(key) for key in COMPARED}
         assert seen == expected, f"cycle {by_lava['cycle']}: LAVA {json.dumps(seen)} != libvirt {json.dumps(expected)}"
-        assert _pmtest_callbacks(by_lava, rundir.reader) == _pmtest_callbacks(by_libvirt, by_libvirt.reader), \
+        assert _pmtest_callbacks(by_lava, by_lava.reader) == _pmtest_callbacks(by_libvirt, by_libvirt.reader), \
             f"cycle {by_lava['cycle']}"
         assert by_lava["ordering_checked"]["pmtest_log"] > 0
         assert by_lava["proof"] == by_libvirt["proof"] or by_lava["verdict"] != "pass"

@@ -20,7 +20,7 @@ test checks the relation lab/README.md ("sleepgraph") explains:
       kernel's last phase marker)
 
 Recordings: pytest/recordings/sleepgraph-{mem,disk}.txt.gz are the reports
-of cycles 2 (S3) and 3 (S4) of `python3 -m lab.run --mode 'mem*2,disk'
+of cycles 2 (S3) and 3 (S4) of `./pmlab run --mode 'mem*2,disk'
 --sleepgraph` on a guest image with guest/pmlab-cycle's markers and dmesg
 section; sleepgraph-cycles.jsonl holds their records (without the bulky
 fields). Plus one live S3 cycle (marked guest).
