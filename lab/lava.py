@@ -189,7 +189,7 @@ def kernel_args(plan, profile="q35-ovmf", firmware_errata=True, pmtest_tree=None
 # resumes it and the resumed guest prints the report. The deploy downloads
 # every file from artifacts_url (http://: the run's ArtifactServer).
 JOB_TEMPLATE = r"""# pmlab LAVA job (lab/lava.py JOB_TEMPLATE)
-device_type: qemu
+device_type: {{ device_type }}
 job_name: "{{ job_name }}"
 visibility: public
 priority: medium
@@ -273,6 +273,17 @@ def check_url(url):
     return str(url).rstrip("/")
 
 
+# The isolated workers' devices (pipelines/lava/isolated-workers) are a
+# device type of their own: LAVA's tags only require, never exclude, so a
+# job of a plain run asking for q35-ovmf would otherwise land on a worker
+# that cannot reach this machine's artifact server.
+ISOLATED_TAG, ISOLATED_TYPE = "isolated", "qemu-isolated"
+
+
+def device_type(tags):
+    return ISOLATED_TYPE if ISOLATED_TAG in tags else "qemu"
+
+
 def render_job(plan, artifacts_url, job_name, tags=("q35-ovmf",), firmware_errata=True, pmtest_tree=None):
     import jinja2
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
@@ -286,7 +297,7 @@ def render_job(plan, artifacts_url, job_name, tags=("q35-ovmf",), firmware_errat
     test_minutes = 3 + len(plan) + 3 * disk
     boot_minutes = 4
     text = env.from_string(JOB_TEMPLATE).render(
-        job_name=job_name, tags=list(tags), artifacts_url=check_url(artifacts_url),
+        job_name=job_name, tags=list(tags), device_type=device_type(tags), artifacts_url=check_url(artifacts_url),
         kernel_args=kernel_args(plan, job_profile(tags), firmware_errata, pmtest_tree), boot_minutes=boot_minutes,
         test_minutes=test_minutes, segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10)
     yaml.safe_load(text)
