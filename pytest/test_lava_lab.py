@@ -66,9 +66,10 @@ def lava_lab():
     return done.stderr
 
 
-def _pmtest_callbacks(record, reader):
-    """DEV's callbacks as the judge saw them: [(callback, error)]."""
-    for device, calls in reader.callbacks(record).items():
+def _pmtest_callbacks(record):
+    """DEV's callbacks as the judge saw them: [(callback, error)], read
+    through the reader of the record's own run (lab.records.RunRecord)."""
+    for device, calls in record.reader.callbacks(record).items():
         if device.startswith(DEV + " "):
             return [(call["cb"], call["err"]) for call in calls]
     return None
@@ -116,7 +117,7 @@ def test_two_jobs_on_two_workers_judged_like_libvirt(lava_lab, request, tmp_path
         seen = {key: by_lava.get(key) for key in COMPARED}
         expected = {key: by_libvirt.get(key) for key in COMPARED}
         assert seen == expected, f"cycle {by_lava['cycle']}: LAVA {json.dumps(seen)} != libvirt {json.dumps(expected)}"
-        assert _pmtest_callbacks(by_lava, by_lava.reader) == _pmtest_callbacks(by_libvirt, by_libvirt.reader), \
+        assert _pmtest_callbacks(by_lava) == _pmtest_callbacks(by_libvirt), \
             f"cycle {by_lava['cycle']}"
         assert by_lava["ordering_checked"]["pmtest_log"] > 0
         assert by_lava["proof"] == by_libvirt["proof"] or by_lava["verdict"] != "pass"
