@@ -34,8 +34,9 @@ import functools
 import re
 
 from lab.console import ORDERING
+from lab.records import ERROR, FAIL, HANG, PASS, UNFINISHED
 
-VERDICT_KINDS = ("fail", "fake-sleep", "hang", "unfinished", "error")
+VERDICT_KINDS = (FAIL, "fake-sleep", HANG, UNFINISHED, ERROR)
 FLAG_KINDS = ("kernel-warning", "ordering-violation", "device-not-working")
 
 KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
@@ -94,13 +95,13 @@ def error_class(reason):
 
 def verdict_bucket(cycle):
     verdict = cycle["verdict"]
-    if verdict == "pass":
+    if verdict == PASS:
         return None
-    if verdict == "unfinished":
-        return "unfinished"
-    if verdict == "hang":
+    if verdict == UNFINISHED:
+        return UNFINISHED
+    if verdict == HANG:
         return f"hang-in-{phase_token(cycle['phase'])}"
-    if verdict == "error":
+    if verdict == ERROR:
         return f"error:{error_class(cycle['reason'])}"
     phase = phase_token(cycle["phase"])
     if phase == "sleep" or (cycle["reason"] or "").startswith("no proof of sleep"):
@@ -142,11 +143,11 @@ def kind_of(bucket):
         if bucket == kind or bucket.startswith(kind + ":"):
             return kind
     if bucket.startswith("fail-in-"):
-        return "fail"
+        return FAIL
     if bucket.startswith("hang-in-"):
-        return "hang"
+        return HANG
     if bucket.startswith("error:"):
-        return "error"
+        return ERROR
     return "other"
 
 

@@ -220,7 +220,7 @@ def lab_errors(cycles):
     are never in the pass rate; a cycle rerun after one (rerun_of) is. An
     error provoked on purpose (a test's early press) is no lab problem:
     counted with the injected cycles, not here."""
-    errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == "error" and not injected(c)]
+    errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == records.ERROR and not injected(c)]
     causes = {}
     for cycle in errors:
         cause = buckets.error_class(cycle["reason"])
@@ -277,7 +277,7 @@ def works_after_resume(cycles, latency_section):
 
 
 def failures(cycles):
-    failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] != "pass"]
+    failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] != records.PASS]
     rows = [dict(occurrence(c), verdict=c["verdict"], expected_verdict=c["expected_verdict"],
                  unfinished=c["unfinished"], phase=c["phase"],
                  reason=c["reason"], buckets=c["buckets"]) for c in failed[-MAX_FAILURES:]]
@@ -441,7 +441,7 @@ def latency(counted):
 
 
 def timing(cycles):
-    passing = [c for c in cycles if c["verdict"] == "pass"]
+    passing = [c for c in cycles if c["verdict"] == records.PASS]
     modes = {}
     for mode in sorted({c["mode"] for c in passing}):
         block = {}
@@ -474,7 +474,7 @@ def passing_times(group):
     """distribution() of suspend_ms and resume_ms over the passing cycles (as
     timing()), and per PM phase of their phase_ms (n, p50, p95; in the
     phases' order)."""
-    passing = [c for c in group if c["verdict"] == "pass"]
+    passing = [c for c in group if c["verdict"] == records.PASS]
     out = {field: distribution([c[field] for c in passing if c[field] is not None])
            for field in ("suspend_ms", "resume_ms")}
     timed = [c for c in passing if c["phase_ms"]]
@@ -518,7 +518,7 @@ def kernels(cycles, kernel_latency):
 
 
 def host_time(cycles):
-    timed = [c for c in cycles if c["verdict"] == "pass" and c["host_phases"]]
+    timed = [c for c in cycles if c["verdict"] == records.PASS and c["host_phases"]]
     modes = {}
     for mode in sorted({c["mode"] for c in timed}):
         group = [c for c in timed if c["mode"] == mode]
@@ -568,8 +568,8 @@ def trends(cycles):
         for mode, group in sorted(build.pop("_cycles").items()):
             block = verdict_counts(group)
             natural = [c for c in group if not injected(c)]
-            bad = [c for c in natural if c["verdict"] in ("fail", "hang", records.UNFINISHED)]
-            good = [c for c in natural if c["verdict"] == "pass"]
+            bad = [c for c in natural if c["verdict"] in (records.FAIL, records.HANG, records.UNFINISHED)]
+            good = [c for c in natural if c["verdict"] == records.PASS]
             block["status"] = "fail" if bad else ("pass" if good else "unknown")
             block["first_fail"] = occurrence(bad[0]) if bad else None
             block["last_pass"] = occurrence(good[-1]) if good else None
