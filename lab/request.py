@@ -205,17 +205,28 @@ class RunRequest:
         return cls.from_dict(value)
 
     def write(self, path):
-        from lab import files
-        files.write_atomically(path, self.to_json() + "\n")
-        return path
+        return write_file(path, self)
 
     @classmethod
     def read(cls, path):
-        try:
-            with open(path) as source:
-                return cls.from_json(source.read())
-        except OSError as error:
-            raise LabError(f"cannot read the run request {path}: {error.strerror}") from None
+        return read_file(path, cls)
+
+
+def write_file(path, request):
+    """A request (anything with to_json) as the file a process it crosses reads."""
+    from lab import files
+    files.write_atomically(path, request.to_json() + "\n")
+    return path
+
+
+def read_file(path, kind):
+    """The request of `kind` (its from_json) in `path`; LabError naming the file."""
+    try:
+        with open(path) as source:
+            text = source.read()
+    except OSError as error:
+        raise LabError(f"cannot read the {kind.__name__} {path}: {error.strerror}") from None
+    return kind.from_json(text)
 
 
 def numbered_cycles(plan, injections=None, numbers=None):

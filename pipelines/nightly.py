@@ -100,13 +100,12 @@ class NightlyRequest:
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise LabError(f"not a nightly request: {type(error).__name__}: {error}") from None
 
+    def write(self, path):
+        return request_mod.write_file(path, self)
+
     @classmethod
     def read(cls, path):
-        try:
-            with open(path) as source:
-                return cls.from_json(source.read())
-        except OSError as error:
-            raise LabError(f"cannot read the nightly request {path}: {error.strerror}") from None
+        return request_mod.read_file(path, cls)
 
 
 def add_options(parser):

@@ -118,9 +118,7 @@ def run_shards(args, artifacts):
     processes = []
     for index in range(1, args.guests + 1):
         request = shard_request(args, artifacts, index)
-        path = os.path.join(args.results, args.run_id, f"shard{index}-request.json")
-        with open(path, "w") as out:
-            out.write(request.to_json() + "\n")
+        path = request.write(os.path.join(args.results, args.run_id, f"shard{index}-request.json"))
         argv = [PYTHON, "-m", "cli.main", "nightly", "--request", path]
         processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           errors="replace", bufsize=1, start_new_session=True, cwd=REPO))
