@@ -112,7 +112,8 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     if mode.kind == "freeze":
         result["s2idle"] = s2idle.evidence(parts.get("dmesg"), result["s2idle_loops"],
                                            result["wakeup_sources_delta"])
-        early = pressed and s2idle.pressed_before_idle(result["s2idle"], entered != 0)
+        early = pressed and s2idle.pressed_before_idle(result["s2idle"], entered != 0,
+                                                       result["wakeup_sources_delta"])
         if early:
             result.update(verdict=ERROR, phase="lab", reason=early)
             return result

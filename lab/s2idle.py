@@ -84,10 +84,23 @@ def woke_by_button(found):
     return found["button_events"] > 0
 
 
-def pressed_before_idle(found, suspend_failed):
+# acpi_s2idle_wake()'s word for a wakeup pending while the SCI stayed armed:
+# a driver reported it (pm_wakeup_event), e.g. the ACPI button driver on a
+# press that came in the noirq phase, after the last device's wakeup check.
+REPORTED_WAKE = "Wakeup unrelated to ACPI SCI"
+
+
+def only_the_button_counted(wakeup_delta):
+    """The power button's wakeup source counted events and no other did."""
+    counted = {name for name, n in (wakeup_delta or {}).items() if n}
+    return bool(counted) and all(BUTTON_SOURCE.match(name) for name in counted)
+
+
+def pressed_before_idle(found, suspend_failed, wakeup_delta=None):
     """The reason text when the lab's press, not the kernel, ended the cycle
     before the guest's first s2idle idle; None otherwise. `found`:
-    evidence(); `suspend_failed`: the write to /sys/power/state failed."""
+    evidence(); `suspend_failed`: the write to /sys/power/state failed;
+    `wakeup_delta`: every wakeup source's new events (guest_report)."""
     if found["idle_entries"]:
         return None
     if found["loop_started"] is None:
@@ -97,9 +110,14 @@ def pressed_before_idle(found, suspend_failed):
             return (f"{EARLY_PRESS}: a wakeup pending before the loop aborted the suspend (the guest counted "
                     f"{found['button_events']} power button event(s)); the kernel did what it must")
         return None
-    if found["wake"] and found["wake"].endswith(BUTTON_WAKE) and found["wake_after_loop_s"] is not None \
-            and found["wake_after_loop_s"] <= PRESS_RACE_SECONDS:
+    if not found["wake"] or found["wake_after_loop_s"] is None or found["wake_after_loop_s"] > PRESS_RACE_SECONDS:
+        return None
+    if found["wake"].endswith(BUTTON_WAKE):
         return (f"{EARLY_PRESS}: the press ended "
                 f"s2idle_loop {found['wake_after_loop_s'] * 1000:.1f} ms after it began, before "
                 "s2idle_enter(); the kernel did what it must")
+    if found["wake"].endswith(REPORTED_WAKE) and only_the_button_counted(wakeup_delta):
+        return (f"{EARLY_PRESS}: the press, reported as a wakeup event in the noirq phase after the last "
+                f"device's check (only the power button counted one), ended s2idle_loop "
+                f"{found['wake_after_loop_s'] * 1000:.1f} ms after it began; the kernel did what it must")
     return None
