@@ -80,8 +80,6 @@ def pmtest_tree(text):
     PMTEST_TREE_MAX): at most 256 devices a tree."""
     if text is None:
         return None
-    if isinstance(text, (list, tuple)):
-        return tuple(text)
     depth, sep, fanout = text.partition("x")
     if not sep or not depth.isdigit() or not fanout.isdigit():
         raise LabError(f"bad --pmtest-tree '{text}': give DEPTHxFANOUT, e.g. 1x1 or 2x2")
@@ -281,7 +279,9 @@ def template_from(args, artifacts, run_id, **fields):
         lava["tags"] = tuple(tag for tag in lava["tags"].split(",") if tag)
     if lava:
         fields["lava"] = dataclasses.replace(fields.get("lava", Lava()), **lava)
-    results = getattr(args, "results", None) or fields.pop("results")
-    fields.pop("results", None)
+    given = fields.pop("results", None)  # a verb's own root (bisect's build dir) unless --results names one
+    results = getattr(args, "results", None) or given
+    if not results:
+        raise LabError("the run names no results root (--results)")
     return RunRequest(cycles=(), artifacts=artifacts, results=results, run_id=run_id,
                       guest=guest_from_args(args, fields.pop("guest", Guest())), **fields)
