@@ -144,8 +144,10 @@ class _Transition:
     def _events(self, undo):
         for call in self.calls:
             side, level = _level_of(call)
-            if side in ("prepare", "suspend") and call.event != self.event:
-                what = "message" if rules.is_legacy(call.driver) else "event"
+            legacy = rules.is_legacy(call.driver) and call.callback == "suspend"
+            expected = rules.legacy_message(self.event) if legacy else self.event
+            if side in ("prepare", "suspend") and call.event != expected:
+                what = "message" if legacy else "event"
                 self.flag("event", call, f"{call.callback} with {what} {call.event} in a "
                           f"{self.event} transition")
             elif side == "resume" and call.event not in undo:

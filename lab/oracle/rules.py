@@ -215,6 +215,18 @@ def smart_resume_levels(driver, undo, suspended, smart_skipped):
     return sorted(levels, reverse=True)
 
 
+# The message a legacy driver's ->suspend() gets in a transition: the
+# transition's event, but for a quiesce, PMSG_FREEZE (series v3: platform,
+# PCI and PNP keep the 6.1 message, since drivers that test it, i810fb,
+# sl811-hcd, isp1362-hcd and u132-hcd, misbehave given PMSG_QUIESCE).
+LEGACY_MESSAGE = {"quiesce": "freeze"}
+
+
+def legacy_message(event):
+    """The message a legacy ->suspend() is given in an `event` transition."""
+    return LEGACY_MESSAGE.get(event, event)
+
+
 def is_legacy(driver):
     """A driver with legacy .suspend/.resume (the pm_message_t)."""
     return bool(DRIVERS.get(driver, {}).get("legacy"))
