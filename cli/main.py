@@ -219,7 +219,10 @@ def timeline(argv):
 
 
 def bench(argv):
-    """the harness's S3 cycle against a raw QEMU+QMP loop"""
+    """the harness's S3 cycle against a raw QEMU+QMP loop; `bench quiesce`: the boot kernel's quiesce, two kernels"""
+    if argv[:1] == ["quiesce"]:
+        from lab import quiesce_bench
+        return quiesce_bench.main(argv[1:])
     from lab import bench as lab_bench
     return lab_bench.main(argv)
 

@@ -28,7 +28,7 @@ KEEP = ("full", "failures")
 DEFAULT_URI = "qemu:///system"
 # pmtest knobs a cycle may set (guest/pmlab-cycle): kfault is any device's
 # callback (pmtest_kfault.ko), boot words for a hibernation restore's kernel.
-KNOBS = ("fault", "delay", "child", "panic", "kfault", "boot")
+KNOBS = ("fault", "delay", "child", "panic", "kfault", "boot", "print_times")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ def parse_injections(items):
         if name not in KNOBS:
             raise LabError(f"bad --inject '{item}': pmtest knobs are fault, delay, child and panic "
                            "(kfault: any device's callback, pmtest_kfault.ko; boot: words for a "
-                           "hibernation restore's kernel command line)")
+                           "hibernation restore's kernel command line; print_times: the kernel's "
+                           "pm_print_times for the cycle)")
         out[int(number)] = out.get(int(number), ()) + ((name, value),)
     return out
 

@@ -71,7 +71,7 @@ def test_a_baseline_error_or_pass_is_not_the_expected_failure():
     problems = baseline_compare.unexpected(baseline, "baseline")
     assert [p.split(":")[0] for p in problems] == [
         "test_edu_device_state_survives_s3_and_s4", changed, untouched]
-    assert "error on the baseline kernel, expected fail (0009 (->recover" in problems[1]
+    assert "error on the baseline kernel, expected fail (0004 (->recover" in problems[1]
 
 
 def test_junit_outcomes_tell_a_failure_from_an_error(tmp_path):

@@ -105,11 +105,46 @@ PMTEST_LAYER_CB(restore_noirq, PMTEST_CB_RESTORE_NOIRQ)
 PMTEST_LAYER_CB(restore_early, PMTEST_CB_RESTORE_EARLY)
 PMTEST_LAYER_CB(restore, PMTEST_CB_RESTORE)
 #ifdef PM_OPS_HAS_QUIESCE
+/*
+ * The series has no generic late/early quiesce and recover helpers (no
+ * in-tree subsystem has late or early hibernation callbacks): the layer
+ * does what they would, the driver's callback or its freeze/thaw fallback.
+ */
+static int pmtest_layer_driver_quiesce_late(struct device *dev)
+{
+	const struct dev_pm_ops *pm = dev->driver ? dev->driver->pm : NULL;
+
+	if (pm && pm->quiesce_late)
+		return pm->quiesce_late(dev);
+
+	return pm_generic_freeze_late(dev);
+}
+
+static int pmtest_layer_driver_recover_early(struct device *dev)
+{
+	const struct dev_pm_ops *pm = dev->driver ? dev->driver->pm : NULL;
+
+	if (pm && pm->recover_early)
+		return pm->recover_early(dev);
+
+	return pm_generic_thaw_early(dev);
+}
+
+static int pmtest_layer_quiesce_late(struct device *dev)
+{
+	return pmtest_layer_run(dev, PMTEST_CB_QUIESCE_LATE,
+				pmtest_layer_driver_quiesce_late);
+}
+
+static int pmtest_layer_recover_early(struct device *dev)
+{
+	return pmtest_layer_run(dev, PMTEST_CB_RECOVER_EARLY,
+				pmtest_layer_driver_recover_early);
+}
+
 PMTEST_LAYER_CB(quiesce, PMTEST_CB_QUIESCE)
-PMTEST_LAYER_CB(quiesce_late, PMTEST_CB_QUIESCE_LATE)
 PMTEST_LAYER_CB(quiesce_noirq, PMTEST_CB_QUIESCE_NOIRQ)
 PMTEST_LAYER_CB(recover, PMTEST_CB_RECOVER)
-PMTEST_LAYER_CB(recover_early, PMTEST_CB_RECOVER_EARLY)
 PMTEST_LAYER_CB(recover_noirq, PMTEST_CB_RECOVER_NOIRQ)
 #endif
 

@@ -1,0 +1,107 @@
+"""The series' subsystem layers, seen in a real guest (the device guest of
+lab/devices.py): in the boot kernel of a restore every converted layer runs
+its quiesce callbacks, and after a failed image creation its recover
+callbacks; on the unpatched kernel (the baseline, build/baseline/out) the
+same devices get the layers' freeze callbacks, and thaw or restore ones.
+
+The evidence is the console: pm_print_times makes the PM core name the
+function of every callback it runs (lab.console.pm_calls), so the function
+says which layer ran and which of its callbacks. The boot kernel of a
+restore gets it from initcall_debug (a "boot" knob), the cycle that fails
+to create an image from the print_times knob. test_baseline_control.py
+runs this module on the baseline kernel too (--pipeline-tests).
+"""
+
+import pytest
+
+from lab import console, modes
+
+pytestmark = pytest.mark.guest
+
+QUIESCE_CYCLE = 9601
+RECOVER_CYCLE = 9602
+EIO = -5
+
+# layer: (its devices in the zoo guest, the series' quiesce and recover
+# callbacks, and what the unpatched kernel runs instead: its freeze callback,
+# and its thaw or restore ones (6.1 resumes with PMSG_RESTORE after a late or
+# noirq freeze failure, the series' 0004 fixes that)).
+LAYERS = {
+    "USB (usb_device_type)": ({"usb_dev_quiesce"}, {"usb_dev_recover"},
+                              {"usb_dev_freeze"}, {"usb_dev_thaw", "usb_dev_restore"}),
+    "SCSI (scsi_bus_pm_ops)": ({"scsi_bus_quiesce"}, {"scsi_bus_recover"},
+                               {"scsi_bus_freeze"}, {"scsi_bus_thaw", "scsi_bus_restore"}),
+    "MMC (mmc_bus_pm_ops)": ({"mmc_bus_quiesce"}, {"mmc_bus_recover"},
+                             {"mmc_bus_suspend"}, {"mmc_bus_resume"}),
+    "PNP (pnp_bus_dev_pm_ops)": ({"pnp_bus_quiesce"}, {"pnp_bus_recover"},
+                                 {"pnp_bus_freeze"}, {"pnp_bus_resume"}),
+    "PCI (pci_dev_pm_ops)": ({"pci_pm_quiesce", "pci_pm_quiesce_noirq"}, {"pci_pm_recover", "pci_pm_recover_noirq"},
+                             {"pci_pm_freeze", "pci_pm_freeze_noirq"},
+                             {"pci_pm_thaw", "pci_pm_thaw_noirq", "pci_pm_restore", "pci_pm_restore_noirq"}),
+    # the first user: the HDA codec driver (hda_codec_driver_pm, no bus PM ops)
+    "HDA codec driver": ({"hda_codec_pm_quiesce"}, {"hda_codec_pm_recover"},
+                         {"hda_codec_pm_freeze"}, {"hda_codec_pm_thaw", "hda_codec_pm_restore"}),
+}
+
+
+@pytest.fixture(scope="module")
+def zoo(lab_run):
+    from lab.session import Session
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      lab_run["watchdogs"], lab_run["worker"] + "-layers", connection=lab_run["connection"],
+                      device_set="zoo")
+    session.patched = lab_run["artifacts"].manifest.get("variant") != "baseline"
+    yield session
+    session.close()
+
+
+def _explain(record):
+    return f"cycle {record['cycle']} {record['mode']}: {record['verdict']} in {record.get('phase')}: " \
+           f"{record.get('reason')}"
+
+
+def _called(record):
+    """{callback function: {devices}} of the cycle's pm_print_times lines."""
+    found = {}
+    for device, function in console.pm_calls(record.get("evidence", [])):
+        found.setdefault(function, set()).add(device)
+    return found
+
+
+def _check(called, wanted, instead, patched, what):
+    """Each layer's callbacks `wanted` (patched) or `instead` (baseline) ran,
+    and none of the other set did."""
+    problems = []
+    for layer, sets in LAYERS.items():
+        ran, not_ran = (sets[wanted], sets[instead]) if patched else (sets[instead], sets[wanted])
+        if not ran & set(called):
+            problems.append(f"{layer}: none of {sorted(ran)} ran for {what}")
+        wrong = {f: sorted(called[f]) for f in not_ran & set(called)}
+        if wrong:
+            problems.append(f"{layer}: {wrong} ran for {what}")
+    return problems
+
+
+def test_the_boot_kernel_of_a_restore_quiesces_through_every_layer(zoo):
+    record = zoo.cycle(modes.parse_mode("disk"), QUIESCE_CYCLE, [("boot", "initcall_debug")])
+    assert record["verdict"] == "pass", _explain(record)
+    called = _called(record)
+    assert called, "no pm_print_times line on the console: initcall_debug did not reach the boot kernel"
+    problems = _check(called, 0, 2, zoo.patched, "the boot kernel's quiesce")
+    assert not problems, "\n".join(problems)
+    assert all(p["ok"] for p in record["probes"]), record["probes"]
+
+
+def test_a_failed_image_creation_recovers_through_every_layer(zoo):
+    """pmtest's syscore_ops fail syscore_suspend(), after every device's
+    noirq freeze: every device is recovered at every level it has (6.1
+    resumed them with ->restore*() there), the kernel goes on and every
+    device still works."""
+    record = zoo.cycle(modes.parse_mode("disk"), RECOVER_CYCLE,
+                       [("fault", f"pmtest_syscore syscore_suspend {EIO} 1"), ("print_times", "1")],
+                       expect="fail")
+    assert record["verdict"] == "fail", _explain(record)
+    called = _called(record)
+    problems = _check(called, 1, 3, zoo.patched, "the recovery")
+    assert not problems, "\n".join(problems)
+    assert all(p["ok"] for p in record["probes"]), record["probes"]
