@@ -143,3 +143,22 @@ def test_unpatched_baseline_fails_exactly_the_cases_the_series_changes(request, 
     assert done.returncode == 1, f"campaign on the baseline exited {done.returncode}:\n{done.stdout[-3000:]}"
     found = baseline_compare.outcomes(str(junit))
     assert baseline_compare.unexpected(found, "baseline", series) == []
+
+
+@pytest.mark.guest
+@pytest.mark.pipeline
+@pytest.mark.timeout(1800)
+def test_unpatched_layers_freeze_and_thaw_where_the_series_quiesces_and_recovers(request):
+    """pytest/test_quiesce_layers.py on the unpatched kernel: the same
+    devices' layers run their freeze callbacks in the boot kernel of a
+    restore and thaw or restore ones after a failed image creation (the
+    module asserts the names for the kernel it boots, from its manifest)."""
+    config = request.config
+    options, directory, _ = _baseline_options(config)
+    _baseline_artifacts(directory)
+    argv = [sys.executable, "-m", "pytest", "pytest/test_quiesce_layers.py", "-p", "no:cacheprovider", "-q",
+            *options, "--uri", config.getoption("--uri"), "--profile", config.getoption("--profile"),
+            "--lab-results", config.getoption("--lab-results")]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, f"the layers on the baseline:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
+    assert "2 passed" in done.stdout, done.stdout[-2000:]

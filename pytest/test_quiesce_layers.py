@@ -83,8 +83,11 @@ def _check(called, wanted, instead, patched, what):
 
 
 def test_the_boot_kernel_of_a_restore_quiesces_through_every_layer(zoo):
-    record = zoo.cycle(modes.parse_mode("disk"), QUIESCE_CYCLE, [("boot", "initcall_debug")])
-    assert record["verdict"] == "pass", _explain(record)
+    # the unpatched kernel's oracle verdict is fail (pmtest's drivers get
+    # ->freeze* where the seed's rules give ->quiesce*): the names are the point
+    record = zoo.cycle(modes.parse_mode("disk"), QUIESCE_CYCLE, [("boot", "initcall_debug")],
+                       expect="pass" if zoo.patched else "fail")
+    assert record["verdict"] == ("pass" if zoo.patched else "fail"), _explain(record)
     called = _called(record)
     assert called, "no pm_print_times line on the console: initcall_debug did not reach the boot kernel"
     problems = _check(called, 0, 2, zoo.patched, "the boot kernel's quiesce")
