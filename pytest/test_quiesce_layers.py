@@ -92,7 +92,7 @@ def test_the_boot_kernel_of_a_restore_quiesces_through_every_layer(zoo):
     assert called, "no pm_print_times line on the console: initcall_debug did not reach the boot kernel"
     problems = _check(called, 0, 2, zoo.patched, "the boot kernel's quiesce")
     assert not problems, "\n".join(problems)
-    assert all(p["ok"] for p in record["probes"]), record["probes"]
+    assert record["probes"] and all(p["ok"] for p in record["probes"]), record["probes"]
 
 
 def test_a_failed_image_creation_recovers_through_every_layer(zoo):
@@ -107,4 +107,87 @@ def test_a_failed_image_creation_recovers_through_every_layer(zoo):
     called = _called(record)
     problems = _check(called, 1, 3, zoo.patched, "the recovery")
     assert not problems, "\n".join(problems)
-    assert all(p["ok"] for p in record["probes"]), record["probes"]
+    assert record["probes"] and all(p["ok"] for p in record["probes"]), record["probes"]
+
+
+FAILED_RESTORE_CYCLE = 9603
+
+
+def test_a_failed_restore_recovers_the_first_users_and_they_work(zoo):
+    """The other side: a pmtest device fails its ->quiesce_noirq in the boot
+    kernel, after every device's main quiesce, so the restore is abandoned
+    and the boot kernel recovers the devices and boots on. The HDA codec
+    (kept powered by its ->quiesce while the controller's freeze reset the
+    link) gets ->recover, the NVMe controller (disabled without a shutdown)
+    ->thaw through PCI's recover, and both work, as every other device does."""
+    record = zoo.cycle(modes.parse_mode("disk"), FAILED_RESTORE_CYCLE,
+                       [("boot", f"pmtest.fault=pmtest_full.0:quiesce_noirq:{EIO}:1 initcall_debug")],
+                       expect="fail")
+    assert record["verdict"] == "fail", _explain(record)
+    assert any("pmlab-init: no hibernation image" in line for line in record["evidence"]), \
+        "the boot kernel did not boot on"
+    called = _called(record)
+    codec = "hda_codec_pm_recover" if zoo.patched else "hda_codec_pm_thaw"
+    assert "hdaudioC0D0" in called.get(codec, set()), sorted(called)
+    assert {"hda_codec_pm_quiesce" if zoo.patched else "hda_codec_pm_freeze", codec} <= set(called)
+    # the guest now runs that boot kernel: its devices are the recovered ones
+    after = zoo.cycle(modes.parse_mode("mem"), FAILED_RESTORE_CYCLE + 1)
+    assert after["verdict"] == "pass", _explain(after)
+    assert after["probes"] and all(p["ok"] for p in after["probes"]), after["probes"]
+
+UNCONVERTED = "pmtest_unconverted.0"
+UNCONVERTED_CYCLE = 9611
+
+
+@pytest.fixture(scope="module")
+def unconverted(lab_run):
+    """A lean guest whose pmtest has pmtest_unconverted.0: a device behind a
+    device type without ->quiesce*() and ->recover*() (the stand-in for a
+    subsystem the series leaves falling back, lab.oracle.rules)."""
+    from lab.session import Session
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      lab_run["watchdogs"], lab_run["worker"] + "-unconverted", connection=lab_run["connection"],
+                      cmdline_extra="pmtest.unconverted=1")
+    session.patched = lab_run["artifacts"].manifest.get("variant") != "baseline"
+    yield session
+    session.close()
+
+
+def _fallback_lines(record):
+    """The PM core's pm_debug_messages lines about a skipped driver callback
+    of pmtest_unconverted.0 (patch "Say when a driver's ->quiesce*() or
+    ->recover*() is not called")."""
+    return [console.strip_timestamp(line) for line in record.get("evidence", [])
+            if f"{UNCONVERTED}:" in line and "is not called" in line]
+
+
+def test_a_quiesce_fault_behind_an_unconverted_layer_is_accepted_and_the_fallback_is_told(unconverted):
+    """Bad input: a fault on the driver's ->quiesce of a device whose layer
+    cannot pass it on. pmtest takes the knob (the boot kernel's command
+    line), the core runs the layer's ->freeze*() instead, so the fault never
+    fires and the restore goes through; the boot kernel's console names the
+    skipped callback at each level; the oracle finds no violation (its rules
+    know the stand-in falls back). After a failed image creation the same
+    for ->recover*(). Nothing crashes: the next cycle passes."""
+    record = unconverted.cycle(modes.parse_mode("disk"), UNCONVERTED_CYCLE,
+                               [("boot", f"pmtest.fault={UNCONVERTED}:quiesce:{EIO}:1")],
+                               expect="pass" if unconverted.patched else "fail")
+    if not unconverted.patched:
+        # no ->quiesce in struct dev_pm_ops, no diagnostic (the series' 0007)
+        assert record["verdict"] == "fail" and not _fallback_lines(record), _explain(record)
+        return
+    assert record["verdict"] == "pass", _explain(record)
+    told = _fallback_lines(record)
+    for level in ("quiesce", "quiesce_late", "quiesce_noirq"):
+        layer = {"quiesce": "freeze"}.get(level, level.replace("quiesce", "freeze"))
+        assert any(f"pmtest_layer_{layer} " in line and "runs for quiesce" in line and
+                   f"pmtest_pm_{level} " in line for line in told), (level, told)
+    failed = unconverted.cycle(modes.parse_mode("disk"), UNCONVERTED_CYCLE + 1,
+                               [("fault", f"pmtest_syscore syscore_suspend {EIO} 1")], expect="fail")
+    assert failed["verdict"] == "fail" and failed["ordering_violations"] == [], _explain(failed)
+    told = _fallback_lines(failed)
+    for level, layer in (("recover", "thaw"), ("recover_early", "thaw_early"), ("recover_noirq", "thaw_noirq")):
+        assert any(f"pmtest_layer_{layer} " in line and "runs for recover" in line and
+                   f"pmtest_pm_{level} " in line for line in told), (level, told)
+    after = unconverted.cycle(modes.parse_mode("mem"), UNCONVERTED_CYCLE + 2)
+    assert after["verdict"] == "pass", _explain(after)

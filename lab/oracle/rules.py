@@ -76,6 +76,11 @@ PROVIDERS = {
     "acpi_general_pm_domain": PASS_ON,     # drivers/acpi/device_pm.c
     "pmtest_pm_domain": PASS_ON,           # kernel/modules/pmtest/pmtest_domain.c
     "pmtest_type": PASS_ON,                # pmtest_typeclass.c, a device_type's ->pm
+    # pmtest_typeclass.c's stand-in for a subsystem the series has not
+    # converted (ISHTP, vmbus, xenbus): a device_type whose ->pm has no
+    # quiesce or recover callbacks, so the core runs its freeze and thaw
+    # ones, which run the driver's (pmtest.unconverted=1 adds one device)
+    "pmtest_unconverted_type": {**PASS_ON, **{new: old for new, old in FALLBACK.items() if new in SEED_ADDITIONS}},
     # drivers/base/power/domain.c: ->prepare, the *_noirq callbacks and
     # ->complete through pm_generic_*, the rest left to the driver
     "genpd": PASS_ON,
@@ -116,6 +121,10 @@ DRIVERS = {
     "pmtest_type_ops": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
     "pmtest_typed": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pmtest_type"},
     "pmtest_class": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    # the unconverted type's ops (no quiesce/recover: the core falls back)
+    # and the driver behind them (pmtest_full's callbacks, skipped)
+    "pmtest_unconverted_type_ops": {"callbacks": SYSTEM_SLEEP_61, "provider": "pm_core"},
+    "pmtest_unconverted": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pmtest_unconverted_type"},
     # DPM flags (pmtest_flags.c).  "may_skip": per resume-side event, the
     # levels the core may leave out for a DPM_FLAG_MAY_SKIP_RESUME device
     # that nobody needs resumed (main.c dev_pm_skip_resume(): only after a

@@ -188,11 +188,12 @@ void pmtest_genpd_exit(void);
 
 /* pmtest_layer.c */
 extern const struct dev_pm_ops pmtest_layer_pm_ops;
+extern const struct dev_pm_ops pmtest_unconverted_layer_pm_ops;
 int pmtest_layer_add(struct device *dev, const char *suffix);
 void pmtest_layer_del(struct device *dev);
 
 /* pmtest_typeclass.c */
-int pmtest_typeclass_init(void);
+int pmtest_typeclass_init(bool unconverted);
 void pmtest_typeclass_exit(void);
 
 /* pmtest_syscore.c */

@@ -148,27 +148,30 @@ PMTEST_LAYER_CB(recover, PMTEST_CB_RECOVER)
 PMTEST_LAYER_CB(recover_noirq, PMTEST_CB_RECOVER_NOIRQ)
 #endif
 
-const struct dev_pm_ops pmtest_layer_pm_ops = {
-	.prepare = pmtest_layer_prepare,
-	.complete = pmtest_layer_complete,
-	.suspend = pmtest_layer_suspend,
-	.suspend_late = pmtest_layer_suspend_late,
-	.suspend_noirq = pmtest_layer_suspend_noirq,
-	.resume_noirq = pmtest_layer_resume_noirq,
-	.resume_early = pmtest_layer_resume_early,
-	.resume = pmtest_layer_resume,
-	.freeze = pmtest_layer_freeze,
-	.freeze_late = pmtest_layer_freeze_late,
-	.freeze_noirq = pmtest_layer_freeze_noirq,
-	.thaw_noirq = pmtest_layer_thaw_noirq,
-	.thaw_early = pmtest_layer_thaw_early,
-	.thaw = pmtest_layer_thaw,
-	.poweroff = pmtest_layer_poweroff,
-	.poweroff_late = pmtest_layer_poweroff_late,
-	.poweroff_noirq = pmtest_layer_poweroff_noirq,
-	.restore_noirq = pmtest_layer_restore_noirq,
-	.restore_early = pmtest_layer_restore_early,
+#define PMTEST_LAYER_SLEEP_OPS \
+	.prepare = pmtest_layer_prepare, \
+	.complete = pmtest_layer_complete, \
+	.suspend = pmtest_layer_suspend, \
+	.suspend_late = pmtest_layer_suspend_late, \
+	.suspend_noirq = pmtest_layer_suspend_noirq, \
+	.resume_noirq = pmtest_layer_resume_noirq, \
+	.resume_early = pmtest_layer_resume_early, \
+	.resume = pmtest_layer_resume, \
+	.freeze = pmtest_layer_freeze, \
+	.freeze_late = pmtest_layer_freeze_late, \
+	.freeze_noirq = pmtest_layer_freeze_noirq, \
+	.thaw_noirq = pmtest_layer_thaw_noirq, \
+	.thaw_early = pmtest_layer_thaw_early, \
+	.thaw = pmtest_layer_thaw, \
+	.poweroff = pmtest_layer_poweroff, \
+	.poweroff_late = pmtest_layer_poweroff_late, \
+	.poweroff_noirq = pmtest_layer_poweroff_noirq, \
+	.restore_noirq = pmtest_layer_restore_noirq, \
+	.restore_early = pmtest_layer_restore_early, \
 	.restore = pmtest_layer_restore,
+
+const struct dev_pm_ops pmtest_layer_pm_ops = {
+	PMTEST_LAYER_SLEEP_OPS
 #ifdef PM_OPS_HAS_QUIESCE
 	.quiesce = pmtest_layer_quiesce,
 	.quiesce_late = pmtest_layer_quiesce_late,
@@ -178,6 +181,18 @@ const struct dev_pm_ops pmtest_layer_pm_ops = {
 	.recover_noirq = pmtest_layer_recover_noirq,
 #endif
 };
+
+/*
+ * The same layer as a subsystem that has not been converted to ->quiesce*()
+ * and ->recover*() (ISHTP, vmbus, xenbus and PCMCIA still are not): the PM
+ * core falls back to its freeze and thaw callbacks, which run the driver's,
+ * so a driver's ->quiesce*() and ->recover*() are skipped and the core says
+ * so with pm_debug_messages set.
+ */
+const struct dev_pm_ops pmtest_unconverted_layer_pm_ops = {
+	PMTEST_LAYER_SLEEP_OPS
+};
+
 
 /**
  * pmtest_layer_add - Log @dev's layer callbacks as "<device>/<suffix>".

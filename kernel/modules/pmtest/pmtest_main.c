@@ -54,6 +54,10 @@ static bool edu_quiesce = true;
 module_param(edu_quiesce, bool, 0444);
 MODULE_PARM_DESC(edu_quiesce, "edu driver has ->quiesce/->recover if the kernel has them (default 1)");
 
+static bool unconverted;
+module_param(unconverted, bool, 0444);
+MODULE_PARM_DESC(unconverted, "Add pmtest_unconverted.0, behind a device type without ->quiesce/->recover (default 0)");
+
 static struct dentry *pmtest_debugfs;
 
 static int __init pmtest_init(void)
@@ -93,7 +97,7 @@ static int __init pmtest_init(void)
 	if (ret)
 		goto err_genpd;
 
-	ret = pmtest_typeclass_init();
+	ret = pmtest_typeclass_init(unconverted);
 	if (ret)
 		goto err_flags;
 

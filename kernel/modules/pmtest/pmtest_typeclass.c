@@ -13,6 +13,9 @@
  *   pmtest_class.0, child .1                devices of a struct class with
  *       ->pm and no driver, as class devices are: the class callbacks
  *       (pmtest_full's) are the device's PM, logged under its name
+ *   pmtest_unconverted.0 (only with unconverted=1)   like pmtest_typed.0,
+ *       but its type has no ->quiesce*() and ->recover*(), as a subsystem
+ *       not converted to them: its driver's (pmtest_full's) are skipped
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -30,11 +33,17 @@
 #define PMTEST_FANOUT		2
 
 static struct platform_device *pmtest_typed_pdevs[PMTEST_TYPED_DEVICES];
+static struct platform_device *pmtest_unconverted_pdev;
 static struct device *pmtest_class_devs[PMTEST_CLASS_DEVICES];
 
 static const struct device_type pmtest_device_type = {
 	.name = "pmtest_typed",
 	.pm = &pmtest_layer_pm_ops,
+};
+
+static const struct device_type pmtest_unconverted_type = {
+	.name = "pmtest_unconverted",
+	.pm = &pmtest_unconverted_layer_pm_ops,
 };
 
 static struct class pmtest_class = {
@@ -54,9 +63,24 @@ static struct platform_driver pmtest_typed_driver = {
 	},
 };
 
+static struct platform_driver pmtest_unconverted_driver = {
+	.probe = pmtest_leaf_probe,
+	.remove = pmtest_platform_remove,
+	.driver = {
+		.name = "pmtest_unconverted",
+		.pm = &pmtest_full_pm_ops,
+	},
+};
+
 static void pmtest_typeclass_remove_devices(void)
 {
 	int i;
+
+	if (pmtest_unconverted_pdev) {
+		pmtest_layer_del(&pmtest_unconverted_pdev->dev);
+		platform_device_unregister(pmtest_unconverted_pdev);
+		pmtest_unconverted_pdev = NULL;
+	}
 
 	for (i = PMTEST_CLASS_DEVICES - 1; i >= 0; i--) {
 		if (!pmtest_class_devs[i])
@@ -99,6 +123,26 @@ static int pmtest_typed_add(int i)
 	return pmtest_layer_add(&pdev->dev, "type");
 }
 
+static int pmtest_unconverted_add(void)
+{
+	struct platform_device *pdev;
+	int ret;
+
+	pdev = platform_device_alloc("pmtest_unconverted", 0);
+	if (!pdev)
+		return -ENOMEM;
+	pdev->dev.type = &pmtest_unconverted_type;
+
+	ret = platform_device_add(pdev);
+	if (ret) {
+		platform_device_put(pdev);
+		return ret;
+	}
+	pmtest_unconverted_pdev = pdev;
+
+	return pmtest_layer_add(&pdev->dev, "type");
+}
+
 static int pmtest_class_add(int i)
 {
 	struct device *parent = i ? pmtest_class_devs[0] : NULL;
@@ -117,14 +161,19 @@ static int pmtest_class_add(int i)
 /**
  * pmtest_typeclass_init - Register the type row's driver and devices, the
  * class and its devices.
+ * @unconverted: Also register pmtest_unconverted.0 and its driver.
  */
-int pmtest_typeclass_init(void)
+int pmtest_typeclass_init(bool unconverted)
 {
 	int i, ret;
 
 	ret = platform_driver_register(&pmtest_typed_driver);
 	if (ret)
 		return ret;
+
+	ret = platform_driver_register(&pmtest_unconverted_driver);
+	if (ret)
+		goto err_typed_driver;
 
 	ret = class_register(&pmtest_class);
 	if (ret)
@@ -142,12 +191,20 @@ int pmtest_typeclass_init(void)
 			goto err_devices;
 	}
 
+	if (unconverted) {
+		ret = pmtest_unconverted_add();
+		if (ret)
+			goto err_devices;
+	}
+
 	return 0;
 
 err_devices:
 	pmtest_typeclass_remove_devices();
 	class_unregister(&pmtest_class);
 err_driver:
+	platform_driver_unregister(&pmtest_unconverted_driver);
+err_typed_driver:
 	platform_driver_unregister(&pmtest_typed_driver);
 
 	return ret;
@@ -160,5 +217,6 @@ void pmtest_typeclass_exit(void)
 {
 	pmtest_typeclass_remove_devices();
 	class_unregister(&pmtest_class);
+	platform_driver_unregister(&pmtest_unconverted_driver);
 	platform_driver_unregister(&pmtest_typed_driver);
 }
