@@ -145,8 +145,8 @@ class _Transition:
         for call in self.calls:
             side, level = _level_of(call)
             legacy = rules.is_legacy(call.driver) and call.callback == "suspend"
-            expected = rules.legacy_message(self.event) if legacy else self.event
-            if side in ("prepare", "suspend") and call.event != expected:
+            expected = rules.legacy_messages(self.event) if legacy else (self.event,)
+            if side in ("prepare", "suspend") and call.event not in expected:
                 what = "message" if legacy else "event"
                 self.flag("event", call, f"{call.callback} with {what} {call.event} in a "
                           f"{self.event} transition")
