@@ -82,9 +82,10 @@ def notable(console_lines):
 # pm_print_times (initcall_debug, or /sys/power/pm_print_times): the PM core's
 # dev_info() before each device callback, e.g.
 #   "[ 8.07] usb 2-1: PM: calling usb_dev_quiesce+0x0/0xa [usbcore] @ 24, parent: 1-0:1.0"
-# The callback is the one the core resolved (PM domain, type, class, bus or
-# driver): the function name says which layer ran and which of its callbacks.
-PM_CALLING = re.compile(r"(?:^|\] )(?P<driver>\S*) (?P<device>\S+): PM: calling (?P<callback>\w+)\+0x")
+# (6.12 prints the function without its offset.) The callback is the one the
+# core resolved (PM domain, type, class, bus or driver): the function name
+# says which layer ran and which of its callbacks.
+PM_CALLING = re.compile(r"(?:^|\] )(?P<driver>\S*) (?P<device>\S+): PM: calling (?P<callback>\w+)(?:\+0x| )")
 
 
 def pm_calls(console_lines):

@@ -33,7 +33,8 @@ from lab.records import ERROR, FAIL, HANG, PASS, RunDir
 from lab.request import Watchdogs
 
 # "<driver> <device>: PM: <function>+0x0/0x23 [module] returned 0 after 606472 usecs"
-RETURNED = re.compile(r"(?:^|\] )\S* (?P<device>\S+): PM: (?P<callback>\w+)\+0x\S+(?: \[\w+\])? "
+# (6.12: no +offset)
+RETURNED = re.compile(r"(?:^|\] )\S* (?P<device>\S+): PM: (?P<callback>\w+)(?:\+0x\S+)?(?: \[\w+\])? "
                       r"returned (?P<ret>-?\d+) after (?P<usecs>\d+) usecs")
 # kernel/power/main.c dpm_show_time(): "PM: quiesce of devices complete after 123.456 msecs"
 PHASE_TOTAL = re.compile(r"PM: (?P<phase>(?:late |noirq )?quiesce) of devices complete after (?P<msecs>[\d.]+) msecs")

@@ -23,6 +23,20 @@ RECORDED = """\
 [    8.710000] PM: noirq quiesce of devices complete after 3.001 msecs
 """.splitlines()
 
+# 6.12 prints the function without its offset
+RECORDED_6_12 = """\
+[    6.538250] sound pcmC0D0c: PM: calling do_pcm_suspend [snd_pcm] @ 1, parent: card0
+[    6.540001] snd_hda_codec_generic hdaudioC0D0: PM: calling hda_codec_pm_quiesce [snd_hda_codec] @ 8, parent: 0000:00:08.0
+[    6.540101] snd_hda_codec_generic hdaudioC0D0: PM: hda_codec_pm_quiesce [snd_hda_codec] returned 0 after 31 usecs
+[    6.541000] rtc_cmos 00:04: PM: calling pnp_bus_quiesce @ 1, parent: pnp0
+""".splitlines()
+
+
+def test_6_12_lines_without_the_offset_read_the_same():
+    assert console.pm_calls(RECORDED_6_12) == [("pcmC0D0c", "do_pcm_suspend"),
+                                               ("hdaudioC0D0", "hda_codec_pm_quiesce"), ("00:04", "pnp_bus_quiesce")]
+    assert quiesce_bench.quiesce_times(RECORDED_6_12) == ({"hdaudioC0D0": 31}, {})
+
 
 def test_pm_calls_name_each_device_and_the_layers_function():
     assert console.pm_calls(RECORDED) == [
