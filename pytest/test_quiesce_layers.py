@@ -46,13 +46,19 @@ LAYERS = {
 }
 
 
-@pytest.fixture(scope="module")
-def zoo(lab_run):
+def _session(lab_run, worker, **guest):
+    """A session of this module's own guest; `patched`: the kernel has the
+    series (its manifest is not the baseline's)."""
     from lab.session import Session
     session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
-                      lab_run["watchdogs"], lab_run["worker"] + "-layers", connection=lab_run["connection"],
-                      device_set="zoo")
+                      lab_run["watchdogs"], lab_run["worker"] + worker, connection=lab_run["connection"], **guest)
     session.patched = lab_run["artifacts"].manifest.get("variant") != "baseline"
+    return session
+
+
+@pytest.fixture(scope="module")
+def zoo(lab_run):
+    session = _session(lab_run, "-layers", device_set="zoo")
     yield session
     session.close()
 
@@ -158,11 +164,7 @@ def unconverted(lab_run):
     """A lean guest whose pmtest has pmtest_unconverted.0: a device behind a
     device type without ->quiesce*() and ->recover*() (the stand-in for a
     subsystem the series leaves falling back, lab.oracle.rules)."""
-    from lab.session import Session
-    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
-                      lab_run["watchdogs"], lab_run["worker"] + "-unconverted", connection=lab_run["connection"],
-                      cmdline_extra="pmtest.unconverted=1")
-    session.patched = lab_run["artifacts"].manifest.get("variant") != "baseline"
+    session = _session(lab_run, "-unconverted", cmdline_extra="pmtest.unconverted=1")
     yield session
     session.close()
 
