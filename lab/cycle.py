@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import libvirt
 
-from lab import console, devices, guest_report, records, sleepgraph
+from lab import calls, console, devices, guest_report, records, sleepgraph
 from lab.guest_agent import AgentTimeout, quote
 from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence
 from lab.records import ERROR, FAIL, HANG, PASS, hang_dump_path, iso, mark_done, new_record
@@ -79,8 +79,11 @@ class Cycle:
         self.watchdogs = watchdogs
         # "boot" knobs are kernel command line words for the boot kernel of a
         # hibernation restore (e.g. pmtest.fault=...); the rest go to the guest.
+        # The calls knob probes that kernel too (lab/calls.py).
         self.knobs = [k for k in knobs if k[0] != "boot"]
-        self.boot_params = " ".join(value for name, value in knobs if name == "boot")
+        self.boot_params = " ".join([value for name, value in knobs if name == "boot"] +
+                                    [calls.boot_params(calls.functions(value))
+                                     for name, value in knobs if name == "calls" and mode.state == "disk"])
         self.token = uuid.uuid4().hex
         self.timeline = []
         self.pokes_before = guest.agent.pokes

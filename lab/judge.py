@@ -9,7 +9,7 @@ checked here (_proof); callback order is lab/oracle's.
 
 from dataclasses import dataclass
 
-from lab import console, devices, guest_report, pmtest_log, records, s2idle, trace
+from lab import calls, console, devices, guest_report, pmtest_log, records, s2idle, trace
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
 from lab.records import ERROR, FAIL, PASS, report_path
@@ -99,6 +99,9 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     failed = trace.failed_callbacks(sequences)
     if failed:  # as fields, for the buckets; the reason says it in words
         result["failed_callbacks"] = [{"device": device, "cb": cb, "err": err} for device, cb, err in failed]
+    probed = calls.observed(events_trace, evidence)
+    if probed:  # the calls knob's functions that ran, per device and kernel
+        result["calls"] = probed
     broken, afterwards = [], ""
     if "probes" in parts:  # a device guest: does every device still work?
         result["probes"] = devices.parse_probes(parts["probes"])

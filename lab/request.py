@@ -12,7 +12,7 @@ The plan is explicit: each planned cycle carries its number in the whole
 run (a nightly shard's cycles 2, 5, 8, ...), its mode and its pmtest knobs,
 so records are written under their plan numbers from the start.
 
-Pure: imports no libvirt (lab/errors.py, lab/modes.py only), so planning and
+Pure: imports no libvirt (lab/errors.py, lab/modes.py, lab/calls.py only), so planning and
 checking a request work on a machine without the lab's daemons.
 """
 
@@ -20,15 +20,16 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass
 
-from lab import modes
+from lab import calls, modes
 from lab.errors import LabError
 
 ENGINES = ("libvirt", "lava")
 KEEP = ("full", "failures")
 DEFAULT_URI = "qemu:///system"
 # pmtest knobs a cycle may set (guest/pmlab-cycle): kfault is any device's
-# callback (pmtest_kfault.ko), boot words for a hibernation restore's kernel.
-KNOBS = ("fault", "delay", "child", "panic", "kfault", "boot", "print_times")
+# callback (pmtest_kfault.ko), boot words for a hibernation restore's kernel,
+# calls functions to probe (lab/calls.py).
+KNOBS = ("fault", "delay", "child", "panic", "kfault", "boot", "print_times", "calls")
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,12 @@ def parse_injections(items):
             raise LabError(f"bad --inject '{item}': pmtest knobs are fault, delay, child and panic "
                            "(kfault: any device's callback, pmtest_kfault.ko; boot: words for a "
                            "hibernation restore's kernel command line; print_times: the kernel's "
-                           "pm_print_times for the cycle)")
+                           "pm_print_times for the cycle; calls: functions to probe, lab/calls.py)")
+        if name == "calls":
+            try:
+                calls.functions(value)
+            except ValueError as error:
+                raise LabError(f"bad --inject '{item}': {error}") from None
         out[int(number)] = out.get(int(number), ()) + ((name, value),)
     return out
 

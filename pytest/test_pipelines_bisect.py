@@ -37,7 +37,8 @@ PATCHES = os.path.join(REPO, "kernel", "patches", "6.1")
 
 def _series(directory, patches):
     os.makedirs(directory, exist_ok=True)
-    for name, text in patches:
+    for name, text in patches:  # a name may be in a subdirectory (reprepare/)
+        os.makedirs(os.path.dirname(os.path.join(directory, name)), exist_ok=True)
         with open(os.path.join(directory, name), "w") as out:
             out.write(text)
     with open(os.path.join(directory, "series"), "w") as out:

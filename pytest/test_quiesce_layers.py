@@ -46,6 +46,29 @@ LAYERS = {
 }
 
 
+# The virtio transport (drivers/virtio/virtio_pci_common.c): PCI's callback
+# runs the virtio_pci driver's, which pm_print_times does not name, so the
+# calls knob probes them (lab/calls.py): what the running kernel and the boot
+# kernel of a restore ran, per virtio device. The unpatched kernel has no
+# virtio_pci_quiesce or virtio_pci_recover to probe.
+VIRTIO_QUIESCE, VIRTIO_RECOVER = "virtio_pci_quiesce", "virtio_pci_recover"
+VIRTIO_FREEZE, VIRTIO_RESTORE = "virtio_pci_freeze", "virtio_pci_restore"
+
+
+def _virtio_calls(session):
+    functions = [VIRTIO_FREEZE, VIRTIO_RESTORE] + ([VIRTIO_QUIESCE, VIRTIO_RECOVER] if session.patched else [])
+    return ("calls", ",".join(functions))
+
+
+def _ran(record, kernel):
+    """{function: {devices}} the calls knob saw `kernel` ("running", "boot") run."""
+    found = {}
+    for call in record.get("calls", []):
+        if call["kernel"] == kernel:
+            found.setdefault(call["function"], set()).add(call["device"])
+    return found
+
+
 def _session(lab_run, worker, **guest):
     """A session of this module's own guest; `patched`: the kernel has the
     series (its manifest is not the baseline's)."""
@@ -93,13 +116,21 @@ def _check(called, wanted, instead, patched, what):
 def test_the_boot_kernel_of_a_restore_quiesces_through_every_layer(zoo):
     # the unpatched kernel's oracle verdict is fail (pmtest's drivers get
     # ->freeze* where the seed's rules give ->quiesce*): the names are the point
-    record = zoo.cycle(modes.parse_mode("disk"), QUIESCE_CYCLE, [("boot", "initcall_debug")],
+    record = zoo.cycle(modes.parse_mode("disk"), QUIESCE_CYCLE, [("boot", "initcall_debug"), _virtio_calls(zoo)],
                        expect="pass" if zoo.patched else "fail")
     assert record["verdict"] == ("pass" if zoo.patched else "fail"), _explain(record)
     called = _called(record)
     assert called, "no pm_print_times line on the console: initcall_debug did not reach the boot kernel"
     problems = _check(called, 0, 2, zoo.patched, "the boot kernel's quiesce")
     assert not problems, "\n".join(problems)
+    # virtio: every virtio PCI device PCI quiesced got the transport's quiesce
+    # (the boot kernel's console), none its freeze; the baseline's got freeze
+    virtio = {device for device in called.get("pci_pm_quiesce" if zoo.patched else "pci_pm_freeze", ())
+              if device in _ran(record, "running").get(VIRTIO_FREEZE, ())}
+    boot = _ran(record, "boot")
+    assert len(virtio) >= 4, (virtio, record.get("calls"))
+    wanted, instead = (VIRTIO_QUIESCE, VIRTIO_FREEZE) if zoo.patched else (VIRTIO_FREEZE, VIRTIO_QUIESCE)
+    assert boot.get(wanted, set()) == virtio and not boot.get(instead), (virtio, boot)
     # legacy platform drivers keep 6.1's PMSG_FREEZE there (v3; the seed and
     # v2 gave PMSG_QUIESCE): the boot kernel's pmtest lines on the console
     legacy = [re.search(r"event=(\w+)", line)[1] for line in record["evidence"]
@@ -114,12 +145,18 @@ def test_a_failed_image_creation_recovers_through_every_layer(zoo):
     resumed them with ->restore*() there), the kernel goes on and every
     device still works."""
     record = zoo.cycle(modes.parse_mode("disk"), RECOVER_CYCLE,
-                       [("fault", f"pmtest_syscore syscore_suspend {EIO} 1"), ("print_times", "1")],
+                       [("fault", f"pmtest_syscore syscore_suspend {EIO} 1"), ("print_times", "1"),
+                        _virtio_calls(zoo)],
                        expect="fail")
     assert record["verdict"] == "fail", _explain(record)
     called = _called(record)
     problems = _check(called, 1, 3, zoo.patched, "the recovery")
     assert not problems, "\n".join(problems)
+    # virtio: the devices the transport froze it recovered (6.1: restored)
+    ran = _ran(record, "running")
+    frozen = ran.get(VIRTIO_FREEZE, set())
+    wanted, instead = (VIRTIO_RECOVER, VIRTIO_RESTORE) if zoo.patched else (VIRTIO_RESTORE, VIRTIO_RECOVER)
+    assert len(frozen) >= 4 and ran.get(wanted) == frozen and not ran.get(instead), ran
     assert record["probes"] and all(p["ok"] for p in record["probes"]), record["probes"]
     # and through the next hibernation (a recover that left a frozen codec
     # runtime-disabled broke its capture only there: the device campaign)
@@ -207,3 +244,18 @@ def test_a_quiesce_fault_behind_an_unconverted_layer_is_accepted_and_the_fallbac
                    f"pmtest_pm_{level} " in line for line in told), (level, told)
     after = unconverted.cycle(modes.parse_mode("mem"), UNCONVERTED_CYCLE + 2)
     assert after["verdict"] == "pass", _explain(after)
+
+
+def test_a_calls_knob_on_a_function_the_kernel_lacks_is_the_cycles_error_naming_it(unconverted):
+    """Bad input: the calls knob names a function this kernel does not have
+    (on the unpatched kernel, the series' virtio_pci_quiesce): pmlab-cycle
+    refuses it before the cycle starts, the lab's error says which, and the
+    guest's next cycle passes with a probe that exists."""
+    missing = "pmlab_no_such_function" if unconverted.patched else VIRTIO_QUIESCE
+    record = unconverted.cycle(modes.parse_mode("mem"), UNCONVERTED_CYCLE + 3, [("calls", missing)],
+                               expect="error")
+    assert record["verdict"] == "error" and f"cannot probe '{missing}'" in record["reason"], _explain(record)
+    after = unconverted.cycle(modes.parse_mode("freeze"), UNCONVERTED_CYCLE + 4, [("calls", "pci_pm_suspend")])
+    assert after["verdict"] == "pass", _explain(after)
+    probed = {call["device"] for call in after["calls"]}
+    assert len(probed) >= 3 and all(re.fullmatch(r"0000:00:[0-9a-f]{2}\.\d", d) for d in probed), probed
