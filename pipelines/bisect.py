@@ -102,11 +102,16 @@ def make_series_repo(series_dir, good, bad, repo):
     os.makedirs(repo)
     git(repo, "init", "-q")
     commits = {}
-    for name in patches[:max(good - 1, 0)]:  # GOOD's own prefix: every commit applies it
+
+    def copy(name):  # a name may be in a subdirectory (6.1's reprepare/)
+        os.makedirs(os.path.dirname(os.path.join(repo, name)), exist_ok=True)
         shutil.copy2(os.path.join(series_dir, name), os.path.join(repo, name))
+
+    for name in patches[:max(good - 1, 0)]:  # GOOD's own prefix: every commit applies it
+        copy(name)
     for k in range(good, bad + 1):
         if k > 0:
-            shutil.copy2(os.path.join(series_dir, patches[k - 1]), os.path.join(repo, patches[k - 1]))
+            copy(patches[k - 1])
         with open(os.path.join(repo, "series"), "w") as out:
             out.write(f"# pmlab bisect: the first {k} patch(es) of {os.path.abspath(series_dir)}/series\n")
             out.writelines(f"{name}\n" for name in patches[:k])
