@@ -12,6 +12,8 @@ function whose first argument is a struct device * (a dev_pm_ops member):
     report: boot_params() are words for its command line (kprobe_event=
     defines and enables the same events, tp_printk prints each hit on the
     console; guest/init turns tp_printk off once that kernel boots on).
+    Not in a LAVA job: every boot of a job has the same command line
+    (lab/lava.py), so there the running kernel's probes only.
 observed() reads both back for the record's "calls".
 
 A hit, in the trace text and (tp_printk) on the console alike:
