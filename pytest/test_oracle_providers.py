@@ -289,3 +289,40 @@ def test_edu_identity_is_the_driver_the_trace_shows_bound():
     assert edu({"0000:00:10.0": "pmtest_edu"}, level1) == []
     assert oracle.observe.pmtest_driver("0000:00:10.0") == "pmtest_edu_pm"
     assert oracle.loaded_drivers({"0000:00:10.0": "pmtest_edu_legacy"}) == {"0000:00:10.0": "pmtest_edu_pm"}
+
+
+def aux_hibernation(main_suspend, main_resume, event="freeze", undo="thaw"):
+    """pmtest.aux.0 through one image creation: the auxiliary bus's level 1
+    callbacks give the driver `main_suspend` and `main_resume`, the late and
+    noirq levels reach the driver directly."""
+    return [("pmtest.aux.0", "prepare", event, 0),
+            ("pmtest.aux.0", main_suspend, event, 0),
+            ("pmtest.aux.0", f"{event}_late", event, 0),
+            ("pmtest.aux.0", f"{event}_noirq", event, 0),
+            ("pmtest.aux.0", f"{undo}_noirq", undo, 0),
+            ("pmtest.aux.0", f"{undo}_early", undo, 0),
+            ("pmtest.aux.0", main_resume, undo, 0),
+            ("pmtest.aux.0", "complete", undo, 0)]
+
+
+def test_the_auxiliary_bus_gives_suspend_and_resume_for_freeze_and_thaw():
+    assert oracle.observe.pmtest_driver("pmtest.aux.0") == "pmtest_aux"
+    assert verdict(aux_hibernation("suspend", "resume")) == []
+    # a bus passing freeze on would be a different bus than 6.1's
+    found = verdict(aux_hibernation("freeze", "thaw"))
+    assert [(v.rule, v.device) for v in found] == [("callback", "pmtest.aux.0")] * 2
+    assert "ran freeze where the core ran freeze: the rules give it suspend" in found[0].message
+
+
+def test_the_auxiliary_bus_passes_quiesce_and_recover_on():
+    # the boot kernel of a restore (cut short by the jump to the image)
+    boot = aux_hibernation("quiesce", "unused", event="quiesce")[:4]
+    assert verdict(boot) == []
+    # the unpatched bus: ->suspend() for quiesce
+    found = verdict(aux_hibernation("suspend", "unused", event="quiesce")[:4])
+    assert [(v.rule, v.device) for v in found] == [("callback", "pmtest.aux.0")]
+    failed = aux_hibernation("suspend", "recover", undo="recover")
+    failed.insert(4, ("pmtest_syscore", "syscore_suspend", "freeze", -5))
+    assert verdict(failed) == []
+    failed[-2] = ("pmtest.aux.0", "resume", "recover", 0)
+    assert [v.rule for v in verdict(failed)] == ["callback"]

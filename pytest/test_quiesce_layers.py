@@ -1,5 +1,5 @@
 """The series' subsystem layers, seen in a real guest (the device guest of
-lab/devices.py): in the boot kernel of a restore every converted layer runs
+lab/devices.py, plus pmtest's device on the auxiliary bus): in the boot kernel of a restore every converted layer runs
 its quiesce callbacks, and after a failed image creation its recover
 callbacks; on the unpatched kernel (the baseline, build/baseline/out) the
 same devices get the layers' freeze callbacks, and thaw or restore ones.
@@ -80,9 +80,28 @@ def _session(lab_run, worker, **guest):
     return session
 
 
+# The auxiliary bus (pmtest_aux.c, pmtest.aux=1): no QEMU device sits on it,
+# so pmtest's own does; the bus's level 1 callbacks are generic helpers that
+# pm_print_times names, the driver's records say what it got.
+AUX = "pmtest.aux.0"
+AUX_BUS = {"quiesce": "pm_generic_quiesce_or_suspend", "recover": "pm_generic_recover_or_resume",
+           "suspend": "pm_generic_suspend", "resume": "pm_generic_resume"}
+
+
+def _aux_functions(called):
+    return {function for function, devices in called.items() if AUX in devices}
+
+
+def _pmtest_callbacks(record, device):
+    """The driver callbacks `device`'s pmtest records on the console name
+    (the boot kernel's only reach the host there)."""
+    pattern = re.compile(rf"pmtest: seq=\d+ .*dev={re.escape(device)} cb=(\w+) ")
+    return {m[1] for m in (pattern.search(line) for line in record.get("evidence", [])) if m}
+
+
 @pytest.fixture(scope="module")
 def zoo(lab_run):
-    session = _session(lab_run, "-layers", device_set="zoo")
+    session = _session(lab_run, "-layers", device_set="zoo", cmdline_extra="pmtest.aux=1")
     yield session
     session.close()
 
@@ -137,6 +156,14 @@ def test_the_boot_kernel_of_a_restore_quiesces_through_every_layer(zoo):
     legacy = [re.search(r"event=(\w+)", line)[1] for line in record["evidence"]
               if re.search(r"pmtest: seq=\d+ .*dev=pmtest_legacy\.\d+ cb=suspend ", line)]
     assert legacy and set(legacy) == {"freeze"}, legacy
+    # the auxiliary bus: the series' helper and the driver's ->quiesce; the
+    # unpatched bus runs the driver's ->suspend for every suspend-side event
+    aux, driver = _aux_functions(called), _pmtest_callbacks(record, AUX)
+    if zoo.patched:
+        assert AUX_BUS["quiesce"] in aux and AUX_BUS["suspend"] not in aux, sorted(aux)
+        assert {"quiesce", "quiesce_late", "quiesce_noirq"} <= driver and "suspend" not in driver, driver
+    else:
+        assert AUX_BUS["suspend"] in aux and "suspend" in driver and "quiesce" not in driver, (aux, driver)
     assert record["probes"] and all(p["ok"] for p in record["probes"]), record["probes"]
 
 
@@ -158,6 +185,14 @@ def test_a_failed_image_creation_recovers_through_every_layer(zoo):
     frozen = ran.get(VIRTIO_FREEZE, set())
     wanted, instead = (VIRTIO_RECOVER, VIRTIO_RESTORE) if zoo.patched else (VIRTIO_RESTORE, VIRTIO_RECOVER)
     assert len(frozen) == VIRTIO_PCI_DEVICES and ran.get(wanted) == frozen and not ran.get(instead), ran
+    # the auxiliary bus froze its driver with ->suspend (6.1's mapping) and
+    # recovers it with the series' helper (->recover); the unpatched bus
+    # resumes it; the oracle holds the driver's records to those rules
+    aux = _aux_functions(called)
+    undo = AUX_BUS["recover"] if zoo.patched else AUX_BUS["resume"]
+    assert {AUX_BUS["suspend"], undo} <= aux and AUX_BUS["quiesce"] not in aux, sorted(aux)
+    if zoo.patched:
+        assert not [v for v in record["ordering_violations"] if AUX in str(v)], record["ordering_violations"]
     assert record["probes"] and all(p["ok"] for p in record["probes"]), record["probes"]
     # and through the next hibernation (a recover that left a frozen codec
     # runtime-disabled broke its capture only there: the device campaign)

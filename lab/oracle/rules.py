@@ -64,8 +64,8 @@ SEED_ADDITIONS = frozenset(CALLBACKS["quiesce"] + CALLBACKS["recover"])
 # none; per core callback, the rule says which driver callback the device
 # must end up in.  The seed's rule for every provider: the event is passed on
 # unchanged (PASS_ON), the driver's fallback (FALLBACK) applying as for the
-# bus.  An entry naming another callback would be a provider that
-# deliberately maps events (none in the seed); the lab's evidence that
+# bus.  An entry naming another callback is a provider that deliberately
+# maps events (none in the seed; the auxiliary bus of 6.1); the lab's evidence that
 # acpi_general_pm_domain gives ->freeze for quiesce is a violation of this
 # table, not an entry in it.
 LEVELED = frozenset(CALLBACK_LEVEL)
@@ -84,6 +84,13 @@ PROVIDERS = {
     # drivers/base/power/domain.c: ->prepare, the *_noirq callbacks and
     # ->complete through pm_generic_*, the rest left to the driver
     "genpd": PASS_ON,
+    # drivers/base/auxiliary.c: a bus that maps events by design (6.1's
+    # SET_SYSTEM_SLEEP_PM_OPS of pm_generic_suspend/resume: the driver's
+    # ->suspend() for freeze and poweroff, ->resume() for thaw and restore),
+    # ->quiesce() and ->recover() passed on by the series; no late or noirq
+    # callbacks, so the core runs the driver's own there
+    "auxiliary_bus": {**PASS_ON, "freeze": "suspend", "poweroff": "suspend",
+                      "thaw": "resume", "restore": "resume"},
 }
 
 # The pmtest drivers (kernel/modules/pmtest/README.md): what each implements
@@ -121,6 +128,9 @@ DRIVERS = {
     "pmtest_type_ops": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
     "pmtest_typed": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pmtest_type"},
     "pmtest_class": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "pm_core"},
+    # pmtest.aux.0 (pmtest_aux.c, aux=1): pmtest_full's callbacks behind the
+    # auxiliary bus
+    "pmtest_aux": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "auxiliary_bus"},
     # the unconverted type's ops (no quiesce/recover: the core falls back)
     # and the driver behind them (pmtest_full's callbacks, skipped)
     "pmtest_unconverted_type_ops": {"callbacks": SYSTEM_SLEEP_61, "provider": "pm_core"},

@@ -21,6 +21,7 @@
  *   pmtest_flags.c    devices with DPM flags and runtime PM state
  *   pmtest_typeclass.c devices reached through type->pm and class->pm
  *   pmtest_layer.c    the PM ops of pmtest's own domain and device type
+ *   pmtest_aux.c      a device on the auxiliary bus (aux=1)
  */
 #ifndef _PMTEST_H
 #define _PMTEST_H
@@ -195,6 +196,10 @@ void pmtest_layer_del(struct device *dev);
 /* pmtest_typeclass.c */
 int pmtest_typeclass_init(bool unconverted);
 void pmtest_typeclass_exit(void);
+
+/* pmtest_aux.c */
+int pmtest_aux_init(bool add);
+void pmtest_aux_exit(void);
 
 /* pmtest_syscore.c */
 int pmtest_syscore_init(void);

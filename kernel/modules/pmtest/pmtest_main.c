@@ -7,11 +7,11 @@
  * a driver for the ACPI devices of the lab's SSDT (pmtest_acpi.c), devices
  * in a PM domain of its own (pmtest_domain.c) and in a genpd domain
  * (pmtest_genpd.c), devices with DPM flags
- * (pmtest_flags.c), devices with type and class PM (pmtest_typeclass.c)
- * and syscore_ops (pmtest_syscore.c), logs every PM
- * callback they get (pmtest_log.c) and lets tests delay callbacks, make
- * them fail and register children from them (pmtest_knobs.c).  See
- * README.md.
+ * (pmtest_flags.c), devices with type and class PM (pmtest_typeclass.c),
+ * a device on the auxiliary bus (pmtest_aux.c, aux=1) and syscore_ops
+ * (pmtest_syscore.c), logs every PM callback they get (pmtest_log.c) and
+ * lets tests delay callbacks, make them fail and register children from
+ * them (pmtest_knobs.c).  See README.md.
  *
  * The knob parameters are applied at init, before any system transition, so
  * "pmtest.fault=..." on the command line of a kernel with pmtest built in,
@@ -58,6 +58,10 @@ static bool unconverted;
 module_param(unconverted, bool, 0444);
 MODULE_PARM_DESC(unconverted, "Add pmtest_unconverted.0, behind a device type without ->quiesce/->recover (default 0)");
 
+static bool aux;
+module_param(aux, bool, 0444);
+MODULE_PARM_DESC(aux, "Add pmtest.aux.0, a device on the auxiliary bus (default 0)");
+
 static struct dentry *pmtest_debugfs;
 
 static int __init pmtest_init(void)
@@ -101,9 +105,13 @@ static int __init pmtest_init(void)
 	if (ret)
 		goto err_flags;
 
-	ret = pmtest_syscore_init();
+	ret = pmtest_aux_init(aux);
 	if (ret)
 		goto err_typeclass;
+
+	ret = pmtest_syscore_init();
+	if (ret)
+		goto err_aux;
 
 	ret = pmtest_knobs_init(pmtest_debugfs, fault_param, delay_param,
 				child_param);
@@ -114,6 +122,8 @@ static int __init pmtest_init(void)
 
 err_syscore:
 	pmtest_syscore_exit();
+err_aux:
+	pmtest_aux_exit();
 err_typeclass:
 	pmtest_typeclass_exit();
 err_flags:
@@ -146,6 +156,7 @@ static void __exit pmtest_exit(void)
 {
 	debugfs_remove_recursive(pmtest_debugfs);
 	pmtest_syscore_exit();
+	pmtest_aux_exit();
 	pmtest_typeclass_exit();
 	pmtest_flags_exit();
 	pmtest_genpd_exit();
