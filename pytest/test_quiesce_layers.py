@@ -223,6 +223,13 @@ def test_a_failed_restore_recovers_the_first_users_and_they_work(zoo):
     codec = "hda_codec_pm_recover" if zoo.patched else "hda_codec_pm_thaw"
     assert "hdaudioC0D0" in called.get(codec, set()), sorted(called)
     assert {"hda_codec_pm_quiesce" if zoo.patched else "hda_codec_pm_freeze", codec} <= set(called)
+    # the auxiliary bus recovers its quiesced driver there too (the unpatched
+    # bus resumes the one it suspended)
+    aux = _aux_functions(called)
+    wanted = {AUX_BUS["quiesce"], AUX_BUS["recover"]} if zoo.patched else {AUX_BUS["suspend"], AUX_BUS["resume"]}
+    assert wanted <= aux, sorted(aux)
+    if zoo.patched:
+        assert "recover" in _pmtest_callbacks(record, AUX), _pmtest_callbacks(record, AUX)
     # the guest now runs that boot kernel: its devices are the recovered ones,
     # through a whole hibernation
     after = zoo.cycle(modes.parse_mode("disk"), FAILED_RESTORE_CYCLE + 1,
