@@ -65,9 +65,9 @@ SEED_ADDITIONS = frozenset(CALLBACKS["quiesce"] + CALLBACKS["recover"])
 # must end up in.  The seed's rule for every provider: the event is passed on
 # unchanged (PASS_ON), the driver's fallback (FALLBACK) applying as for the
 # bus.  An entry naming another callback is a provider that deliberately
-# maps events (none in the seed; the auxiliary bus of 6.1); the lab's evidence that
-# acpi_general_pm_domain gives ->freeze for quiesce is a violation of this
-# table, not an entry in it.
+# maps events (none in the seed; 6.1's auxiliary bus); the lab's evidence
+# that acpi_general_pm_domain gives ->freeze for quiesce is a violation of
+# this table, not an entry in it.
 LEVELED = frozenset(CALLBACK_LEVEL)
 PASS_ON = {callback: callback for callback in LEVELED}
 PROVIDERS = {
