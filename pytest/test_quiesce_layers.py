@@ -1,8 +1,9 @@
 """The series' subsystem layers, seen in a real guest (the device guest of
 lab/devices.py, plus pmtest's device on the auxiliary bus): in the boot
 kernel of a restore every converted layer runs its quiesce callbacks, and
-after a failed image creation its recover callbacks; on the unpatched kernel (the baseline, build/baseline/out) the
-same devices get the layers' freeze callbacks, and thaw or restore ones.
+after a failed image creation its recover callbacks; on the unpatched
+kernel (the baseline, build/baseline/out) the same devices get the layers'
+freeze callbacks, and thaw or restore ones.
 
 The evidence is the console: pm_print_times makes the PM core name the
 function of every callback it runs (lab.console.pm_calls), so the function
