@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from lab import console, modes
+from lab import console, modes, pmtest_log
 
 pytestmark = pytest.mark.guest
 
@@ -96,8 +96,8 @@ def _aux_functions(called):
 def _pmtest_callbacks(record, device):
     """The driver callbacks `device`'s pmtest records on the console name
     (the boot kernel's only reach the host there)."""
-    pattern = re.compile(rf"pmtest: seq=\d+ .*dev={re.escape(device)} cb=(\w+) ")
-    return {m[1] for m in (pattern.search(line) for line in record.get("evidence", [])) if m}
+    entries = pmtest_log.parse("\n".join(record.get("evidence", [])))
+    return {entry["cb"] for entry in entries if entry["dev"] == device}
 
 
 @pytest.fixture(scope="module")
