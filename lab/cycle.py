@@ -264,8 +264,11 @@ class DrivenCycle:
             if reply is not None and reply.data:  # the trace pages as text, the form every reader takes
                 reply = replace(reply, output=guest_report.from_bytes(reply.data))
                 self.cycle.note("rendered")
+            # What the probes must show comes from the host's device set
+            # (the record's "devices", Session._meta), not the guest's echo.
             record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
-                                      self.cycle.token, self.boot_id))
+                                      self.cycle.token, self.boot_id,
+                                      device_set=record.get("devices", devices.DEFAULT)))
             if record["verdict"] == ERROR:
                 record["guest_usable"] = False
             if reply is not None and (sleepgraph_files or record["verdict"] != PASS):

@@ -44,13 +44,16 @@ def parse_report(text):
     return ParsedReport(sections, events, trace.paired_callbacks(events))
 
 
-def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None):
+def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None,
+          device_set=devices.DEFAULT):
     """The verdict fields of a finished cycle from what was observed: the
     guest's report text and exit status (report None: the guest booted afresh
     instead of resuming), the libvirt events [(time, kind, detail)], the
     cycle's console lines, the host timeline [[step, time]], the tmpfs token
     sent and the guest's boot id before the cycle; `parsed`: the report's
-    parse_report(), when the caller has it. Pure: recorded cycles can be
+    parse_report(), when the caller has it. `device_set`: the run request's
+    device set (lab/devices.py), which says what probes the report must
+    hold; never the guest's own echo of them. Pure: recorded cycles can be
     judged again (pytest/test_judge.py)."""
     counts = {}
     for _, kind, _ in events:
@@ -103,8 +106,8 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     if probed:  # the calls knob's functions that ran, per device and kernel
         result["calls"] = probed
     broken, afterwards = [], ""
-    if "probes" in parts:  # a device guest: does every device still work?
-        result["probes"] = devices.parse_probes(parts["probes"])
+    result.update(_probes(parts, device_set))
+    if "probes" in result:  # a device guest: does every device still work?
         broken = devices.broken(result["probes"])
     if broken:  # named in whatever verdict the cycle gets
         result["broken_devices"] = [device for device, _, _ in broken]
@@ -147,6 +150,20 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     return result
 
 
+def _probes(parts, device_set):
+    """{"probes": [...]} of a report: every probe the request's device set
+    asks for must have its line, whatever the guest says it was asked
+    (its "asked=" echo only stands in for a set that asks for none: a
+    report recorded without the set); a report without the section fails
+    every probe by name. {} when there is nothing to probe."""
+    expected = devices.probe_arguments(device_set)
+    if "probes" not in parts:
+        return {"probes": [{"device": device, "probe": probe, "ok": False, "ms": None,
+                            "error": "the guest's report has no probes section"}
+                           for device, _, probe in (word.partition(":") for word in expected)]} if expected else {}
+    return {"probes": devices.parse_probes(parts["probes"], asked=expected or None)}
+
+
 def _broken(broken):
     """Devices whose probe failed, in words: "nvme-disk (disk): no block device; ..."."""
     return "; ".join(f"{device} ({probe}): {error}" for device, probe, error in broken)
@@ -157,14 +174,15 @@ def _described(failed):
     return ", ".join(f"{device} {cb} {err}" for device, cb, err in failed)
 
 
-def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id):
+def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id,
+                     device_set=devices.DEFAULT):
     """judge(), then the callback order against the seed's rules (lab/oracle):
     a cycle that slept and woke with callbacks out of order did not pass.
     The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
     through judge_reply); `./pmlab judge` (lab/rejudge.py) calls this again
     on a recorded run."""
     parsed = parse_report(report)
-    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed)
+    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed, device_set)
     violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
     result.update(ordering_record(violations, checked))
     if violations and result["verdict"] == PASS:
@@ -172,14 +190,14 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     return result
 
 
-def judge_reply(mode, reply, events, evidence, timeline, token, boot_id):
+def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, device_set=devices.DEFAULT):
     """judge_with_order on the guest's reply (None: booted afresh). Should
     the judge itself fail (a bug of ours, e.g. on a report it cannot read),
     the cycle is an `error` naming the exception, so it is still recorded
     and, not having passed, keeps its report (keep_evidence)."""
     try:
         return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
-                                events, evidence, timeline, token, boot_id)
+                                events, evidence, timeline, token, boot_id, device_set)
     except Exception as error:
         return {"verdict": ERROR, "phase": "lab",
                 "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}

@@ -15,7 +15,7 @@ read counts as a difference: the run could not be checked.
 import os
 from dataclasses import dataclass
 
-from lab import modes
+from lab import devices, modes
 from lab.judge import judge_with_order
 from lab.records import UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
 from lab.errors import LabError
@@ -59,7 +59,8 @@ def rejudge_record(run_dir, record):
     # were written only for status 0 or with a reason naming the status.
     result = judge_with_order(mode, text, record.get("report_status", 0), host_events(record),
                               record.get("evidence") or [], record.get("timeline") or [],
-                              record.get("token"), record.get("guest_boot_id"))
+                              record.get("token"), record.get("guest_boot_id"),
+                              device_set=record.get("devices", devices.DEFAULT))
     return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))
 
 

@@ -169,9 +169,70 @@ def test_recorded_device_guest_cycle_passes_with_every_device_probed():
     from lab.judge import judge_with_order
     record = RECORDS["zoo-mem"]
     result = judge_with_order(modes.parse_mode("mem"), report("zoo-mem"), 0, record_format.host_events(record),
-                              record["evidence"], record["timeline"], record["token"], record["guest_boot_id"])
+                              record["evidence"], record["timeline"], record["token"], record["guest_boot_id"],
+                              device_set=record["devices"])
     assert (result["verdict"], result["ordering_violations"]) == ("pass", [])
     assert [(p["device"], p["ok"]) for p in result["probes"]] == [(d.name, True) for d in devices.ZOO]
+
+
+def _judge_zoo_mem(text, device_set="zoo"):
+    from lab.judge import judge_with_order
+    record = RECORDS["zoo-mem"]
+    return judge_with_order(modes.parse_mode("mem"), text, 0, record_format.host_events(record),
+                            record["evidence"], record["timeline"], record["token"], record["guest_boot_id"],
+                            device_set=device_set)
+
+
+def _without_section(text, name):
+    """The report with its `=== name` section cut out."""
+    head, _, rest = text.partition(f"=== {name}\n")
+    assert rest, f"the recording has no {name} section"
+    return head + (rest[rest.index("=== "):] if "=== " in rest else "")
+
+
+def test_a_device_guest_report_without_its_probes_section_fails():
+    """What a cycle must show comes from the request's device set, not the
+    guest: a zoo cycle whose report lost its probes section fails in
+    device-check, naming every device (it passed while the judge read the
+    guest's own asked= echo)."""
+    result = _judge_zoo_mem(_without_section(report("zoo-mem"), "probes"))
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert {p["device"] for p in result["probes"]} == {d.name for d in devices.ZOO}
+    assert "no probes section" in result["reason"] and "nvme-disk (disk)" in result["reason"]
+
+
+def test_a_probes_section_that_echoes_less_than_was_asked_fails_naming_the_device():
+    """The guest's asked= line and its probe lines both without nvme-disk:
+    the request asked for it, so the cycle fails naming it; an asked= line
+    alone (no probe lines) fails every device."""
+    text = report("zoo-mem")
+    lines = text.split("\n")
+    cut = [line.replace(",nvme-disk:disk", "") if line.startswith("asked=") else line
+           for line in lines if not line.startswith("nvme-disk ")]
+    assert len(cut) == len(lines) - 1
+    result = _judge_zoo_mem("\n".join(cut))
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert result["broken_devices"] == ["nvme-disk"]
+    head, _, rest = text.partition("=== probes\n")
+    asked_only = head + "=== probes\n" + rest.split("\n", 1)[0] + "\n" + rest[rest.index("=== "):]
+    assert _judge_zoo_mem(asked_only)["broken_devices"] == [d.name for d in devices.ZOO]
+
+
+def test_rejudging_a_device_guest_cycle_takes_its_set_from_the_record(tmp_path):
+    """./pmlab judge reads the device set from the record the host wrote
+    ("devices"), so a recorded zoo cycle whose report lost its probes
+    changes verdict when judged again."""
+    import gzip
+    import json
+    from lab import rejudge
+    record = copy.deepcopy(RECORDS["zoo-mem"])
+    (tmp_path / "reports").mkdir()
+    with gzip.open(tmp_path / "reports" / "cycle1.txt.gz", "wt") as out:
+        out.write(_without_section(report("zoo-mem"), "probes"))
+    record.update(cycle=1, report="reports/cycle1.txt.gz", status="done")
+    (tmp_path / "cycles.jsonl").write_text(json.dumps(record) + "\n")
+    (item,) = rejudge.rejudge_run(str(tmp_path))
+    assert item.old[0] == "pass" and item.new == ("fail", devices.PHASE)
 
 
 def test_every_real_device_has_an_identity_of_its_own():
