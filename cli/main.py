@@ -154,17 +154,29 @@ def judge(argv):
     parser = argparse.ArgumentParser(prog="pmlab judge", description=rejudge.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Exit: 0 every verdict as recorded, 1 some differ (or a report "
-                                            "could not be read), 2 bad input.")
+                                            "could not be read), 2 bad input: no run there, or a damaged "
+                                            "cycles.jsonl (each bad line named; --lenient judges the rest).")
     parser.add_argument("run", nargs="?", default="latest", metavar="RUN_DIR_OR_ID",
                         help="a run directory, or a run id under --results (default: latest)")
     options.add_results(parser, run_id_help=None)
     parser.add_argument("--changed", action="store_true", help="print only the cycles whose verdict changed")
+    parser.add_argument("--lenient", action="store_true",
+                        help="judge a damaged cycles.jsonl anyway, over its bad lines (still named)")
     args = parser.parse_args(argv)
     path = args.run if os.path.isdir(args.run) else os.path.join(args.results, args.run)
+    damaged = []
     try:
-        items = rejudge.rejudge_run(path)
+        items = rejudge.rejudge_run(path, damaged)
     except Exception as error:  # lab.virt.LabError: not a run directory
-        print(f"judge: {error}", file=sys.stderr)
+        items = error
+    for line in damaged:
+        print(f"judge: damaged line {line}", file=sys.stderr)
+    if isinstance(items, Exception):
+        print(f"judge: {items}", file=sys.stderr)
+        return 2
+    if damaged and not args.lenient:
+        print(f"judge: {len(damaged)} damaged lines: a dropped line can turn a recorded verdict into "
+              "'unfinished'; not judged (--lenient judges the rest)", file=sys.stderr)
         return 2
     for item in items:
         if item.differs or not args.changed:
@@ -174,7 +186,8 @@ def judge(argv):
     unreadable = [item for item in items if item.unreadable]
     print(f"judge: {os.path.realpath(path)}: {len(items)} cycles, {len(judged)} judged again, "
           f"{len(changed)} changed, {len(unreadable)} with an unreadable report, "
-          f"{len(items) - len(judged) - len(unreadable)} kept as recorded")
+          f"{len(items) - len(judged) - len(unreadable)} kept as recorded"
+          + (f", {len(damaged)} damaged lines skipped (--lenient)" if damaged else ""))
     return 1 if changed or unreadable else 0
 
 
