@@ -193,28 +193,61 @@ def judge(argv):
 
 def dashboard(argv):
     """compute and render the dashboard over result runs"""
-    from dashboards import compute, render
+    from dashboards import compute, inputs, render
     parser = argparse.ArgumentParser(
         prog="pmlab dashboard", description="The dashboard over result runs: dashboards.compute writes "
         "the JSON, dashboards.render the page next to it (Chart.js), and a timeline page for every cycle that "
         "did not pass and for the slowest-callback cycles (RUN_DIR/timelines/cycle-NNNN.html), linked from "
-        "the failure tables and the slowest-callbacks table.")
+        "the failure tables and the slowest-callbacks table.",
+        epilog="Exit: 0 drawn; 2 bad input (a path not found, no run under it, damaged result lines: each "
+               "named, the page still drawn, unless --lenient) or the dashboard cannot be written.")
     parser.add_argument("paths", nargs="*", metavar="RESULTS_DIR_OR_RUN_DIR",
                         help="runs to show (default: every run under --results)")
     options.add_results(parser, run_id_help=None)
-    parser.add_argument("-o", "--output", help="dashboard JSON (default RESULTS/dashboard.json)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    parser.set_defaults(results=None)  # given or not: where the dashboard goes (dashboard_root)
+    parser.add_argument("-o", "--output", help="dashboard JSON (default ROOT/dashboard.json: ROOT the --results "
+                                               "given, else the first path given, else results/)")
+    parser.add_argument("--lenient", action="store_true",
+                        help="exit 0 over malformed input lines (still named, skipped)")
+    parser.add_argument("--strict", action="store_true", help="exit non-zero if any input was malformed "
+                                                              "(the default; kept for old scripts)")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute every run (default: reuse each run's dashboard-cache.json)")
     args = parser.parse_args(argv)
-    os.makedirs(args.results, exist_ok=True)
-    output = args.output or os.path.join(args.results, "dashboard.json")
-    code = compute.main((args.paths or [args.results]) + ["-o", output] + (["--strict"] if args.strict else [])
-                        + (["--no-cache"] if args.no_cache else []))
-    if code not in (0, None) and not os.path.isfile(output):
-        return code
-    rendered = render.main([output, "--timelines"] + (args.paths or [args.results]))
-    return code or rendered or 0
+    paths = args.paths or [args.results or options.RESULTS]
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        print(f"dashboard: {missing[0]}: not found (a results directory or a run directory was expected)",
+              file=sys.stderr)
+        return 2
+    if not inputs.find_run_dirs(paths, inputs.Inputs()):
+        print(f"dashboard: no run under {' '.join(paths)} (no cycles.jsonl): nothing recorded to draw",
+              file=sys.stderr)
+        return 2
+    output = args.output or os.path.join(dashboard_root(args.results, args.paths), "dashboard.json")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        code = compute.main(paths + ["-o", output, "--strict"] + (["--no-cache"] if args.no_cache else []))
+        render.main([output, "--timelines"] + paths)
+    except OSError as error:  # a read-only or full results root: the files cannot be written
+        problem = (f"cannot write the dashboard into {os.path.dirname(os.path.abspath(output))}: {error.strerror} "
+                   f"({error.filename})") if error.filename else error
+        print(f"dashboard: {problem}", file=sys.stderr)
+        return 2
+    if code and not args.lenient:
+        print("dashboard: malformed input, named above (skipped; the page lists it too): exit 2; "
+              "--lenient to accept it", file=sys.stderr)
+        return 2
+    return 0
+
+
+def dashboard_root(results, paths):
+    """Where the dashboard of `paths` goes: --results when given; else
+    beside what was named (a run directory's own, a results root's); else results/."""
+    if results is not None or not paths:
+        return results or options.RESULTS
+    first = paths[0]
+    return (os.path.dirname(first) or ".") if os.path.isfile(first) else first
 
 
 def timeline(argv):
