@@ -202,7 +202,8 @@ def dashboard(argv):
         epilog="Exit: 0 drawn; 2 bad input (a path not found, no run under it, damaged result lines: each "
                "named, the page still drawn, unless --lenient) or the dashboard cannot be written.")
     parser.add_argument("paths", nargs="*", metavar="RESULTS_DIR_OR_RUN_DIR",
-                        help="runs to show (default: every run under --results)")
+                        help="runs to show: directories, or run ids under --results (default: every run under "
+                             "--results)")
     options.add_results(parser, run_id_help=None)
     parser.set_defaults(results=None)  # given or not: where the dashboard goes (dashboard_root)
     parser.add_argument("-o", "--output", help="dashboard JSON (default ROOT/dashboard.json: ROOT the --results "
@@ -214,7 +215,10 @@ def dashboard(argv):
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute every run (default: reuse each run's dashboard-cache.json)")
     args = parser.parse_args(argv)
-    paths = args.paths or [args.results or options.RESULTS]
+    root = args.results or options.RESULTS
+    # a run id (latest, 20261207-...) names a run under the results root, as for judge and timeline
+    paths = [path if os.path.exists(path) or not os.path.exists(os.path.join(root, path))
+             else os.path.join(root, path) for path in args.paths] or [root]
     missing = [path for path in paths if not os.path.exists(path)]
     if missing:
         print(f"dashboard: {missing[0]}: not found (a results directory or a run directory was expected)",
@@ -224,7 +228,8 @@ def dashboard(argv):
         print(f"dashboard: no run under {' '.join(paths)} (no cycles.jsonl): nothing recorded to draw",
               file=sys.stderr)
         return 2
-    output = args.output or os.path.join(dashboard_root(args.results, args.paths), "dashboard.json")
+    output = args.output or os.path.join(dashboard_root(args.results, paths if args.paths else []),
+                                         "dashboard.json")
     try:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         code = compute.main(paths + ["-o", output, "--strict"] + (["--no-cache"] if args.no_cache else []))

@@ -230,6 +230,9 @@ def test_dashboard_of_a_run_dir_goes_beside_the_run_not_into_the_checkout(tmp_pa
     assert json.loads((run / "dashboard.json").read_text())["inputs"]["runs"] == 1
     assert (run / "dashboard.html").is_file()
     assert (os.stat(checkout).st_mtime_ns if os.path.exists(checkout) else None) == before
+    by_id = pmlab_dashboard("run-recorded", "--results", tmp_path)  # a run id under --results, as for judge
+    assert by_id.returncode == 0, by_id.stderr
+    assert json.loads((tmp_path / "dashboard.json").read_text())["inputs"]["runs"] == 1
 
 
 def in_own_mounts(script):
