@@ -274,7 +274,10 @@
       ['reason (first)', function (b) { return b.reason; }, 'text'],
       ['evidence (first)', function (b) { return b.evidence; }, 'text']
     ], list, 'No failures.');
-    if (!list.length) { noData('chart-buckets', 'No failure buckets: every cycle passed.'); return; }
+    if (!list.length) {
+      noData('chart-buckets', data.inputs.cycles ? 'No failure buckets: every cycle passed.' : 'No cycles recorded.');
+      return;
+    }
     var top = list.slice(0, 20);
     var labels = top.map(function (b) { return wrap(b.bucket, 34); });
     var lines = labels.reduce(function (sum, l) { return sum + l.length; }, 0);
@@ -690,7 +693,7 @@
       ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],
       ['reason', function (r) { return r.reason; }, 'text'],
       ['timeline', function (r) { return timelineLink(r, 'timeline', '\u2013'); }]
-    ], f.cycles.slice().reverse(), 'Every cycle passed.');
+    ], f.cycles.slice().reverse(), data.inputs.cycles ? 'Every cycle passed.' : 'No cycles recorded.');
   }
 
   function runs(data) {
