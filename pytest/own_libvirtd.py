@@ -44,6 +44,11 @@ class OwnLibvirtd:
         for path in PRIVATE:
             os.makedirs(self._private(path), mode=0o755)
             os.chmod(self._private(path), 0o755)  # QEMU runs as libvirt-qemu
+        for path in PRIVATE[2:]:
+            self._skeleton(path)
+        lock = os.path.join(self._private("/run"), "lock")  # /var/lock: libvirt locks a console's pty there
+        os.makedirs(lock)
+        os.chmod(lock, 0o1777)
         etc = self._private("/etc/libvirt")
         for name in os.listdir("/etc/libvirt"):
             if name.endswith(".conf"):
@@ -53,6 +58,21 @@ class OwnLibvirtd:
         os.makedirs(os.path.join(etc, "qemu", "networks", "autostart"))
         with open(self.config, "w") as out:
             out.write(f'unix_sock_dir = "{self.sockets}"\nlisten_tls = 0\nlisten_tcp = 0\n')
+
+    def _skeleton(self, path):
+        """The machine's subdirectories of `path` (two levels: qemu/,
+        qemu/channel/, ...), empty, with their modes and owners, as the
+        package installed them: libvirtd expects them and makes not all."""
+        for directory, subdirectories, _ in os.walk(path):
+            depth = os.path.relpath(directory, path).count(os.sep) + (directory != path)
+            subdirectories[:] = [] if depth >= 2 else [d for d in subdirectories if not d.startswith("domain-")]
+            for name in subdirectories:
+                source = os.path.join(directory, name)
+                target = os.path.join(self._private(path), os.path.relpath(source, path))
+                status = os.stat(source)
+                os.makedirs(target, exist_ok=True)
+                os.chmod(target, status.st_mode & 0o7777)
+                os.chown(target, status.st_uid, status.st_gid)
 
     def in_namespace(self, *argv, check=True):
         return subprocess.run(["nsenter", "-t", str(self.holder.pid), "-m", *argv], check=check,
