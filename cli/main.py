@@ -154,17 +154,29 @@ def judge(argv):
     parser = argparse.ArgumentParser(prog="pmlab judge", description=rejudge.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Exit: 0 every verdict as recorded, 1 some differ (or a report "
-                                            "could not be read), 2 bad input.")
+                                            "could not be read), 2 bad input: no run there, or a damaged "
+                                            "cycles.jsonl (each bad line named; --lenient judges the rest).")
     parser.add_argument("run", nargs="?", default="latest", metavar="RUN_DIR_OR_ID",
                         help="a run directory, or a run id under --results (default: latest)")
     options.add_results(parser, run_id_help=None)
     parser.add_argument("--changed", action="store_true", help="print only the cycles whose verdict changed")
+    parser.add_argument("--lenient", action="store_true",
+                        help="judge a damaged cycles.jsonl anyway, over its bad lines (still named)")
     args = parser.parse_args(argv)
     path = args.run if os.path.isdir(args.run) else os.path.join(args.results, args.run)
+    damaged = []
     try:
-        items = rejudge.rejudge_run(path)
+        items = rejudge.rejudge_run(path, damaged)
     except Exception as error:  # lab.virt.LabError: not a run directory
-        print(f"judge: {error}", file=sys.stderr)
+        items = error
+    for line in damaged:
+        print(f"judge: damaged line {line}", file=sys.stderr)
+    if isinstance(items, Exception):
+        print(f"judge: {items}", file=sys.stderr)
+        return 2
+    if damaged and not args.lenient:
+        print(f"judge: {len(damaged)} damaged lines: a dropped line can turn a recorded verdict into "
+              "'unfinished'; not judged (--lenient judges the rest)", file=sys.stderr)
         return 2
     for item in items:
         if item.differs or not args.changed:
@@ -174,34 +186,73 @@ def judge(argv):
     unreadable = [item for item in items if item.unreadable]
     print(f"judge: {os.path.realpath(path)}: {len(items)} cycles, {len(judged)} judged again, "
           f"{len(changed)} changed, {len(unreadable)} with an unreadable report, "
-          f"{len(items) - len(judged) - len(unreadable)} kept as recorded")
+          f"{len(items) - len(judged) - len(unreadable)} kept as recorded"
+          + (f", {len(damaged)} damaged lines skipped (--lenient)" if damaged else ""))
     return 1 if changed or unreadable else 0
 
 
 def dashboard(argv):
     """compute and render the dashboard over result runs"""
-    from dashboards import compute, render
+    from dashboards import compute, inputs, render
     parser = argparse.ArgumentParser(
         prog="pmlab dashboard", description="The dashboard over result runs: dashboards.compute writes "
         "the JSON, dashboards.render the page next to it (Chart.js), and a timeline page for every cycle that "
         "did not pass and for the slowest-callback cycles (RUN_DIR/timelines/cycle-NNNN.html), linked from "
-        "the failure tables and the slowest-callbacks table.")
+        "the failure tables and the slowest-callbacks table.",
+        epilog="Exit: 0 drawn; 2 bad input (a path not found, no run under it, damaged result lines: each "
+               "named, the page still drawn, unless --lenient) or the dashboard cannot be written.")
     parser.add_argument("paths", nargs="*", metavar="RESULTS_DIR_OR_RUN_DIR",
-                        help="runs to show (default: every run under --results)")
+                        help="runs to show: directories, or run ids under --results (default: every run under "
+                             "--results)")
     options.add_results(parser, run_id_help=None)
-    parser.add_argument("-o", "--output", help="dashboard JSON (default RESULTS/dashboard.json)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 if any input was malformed")
+    parser.set_defaults(results=None)  # given or not: where the dashboard goes (dashboard_root)
+    parser.add_argument("-o", "--output", help="dashboard JSON (default ROOT/dashboard.json: ROOT the --results "
+                                               "given, else the first path given, else results/)")
+    parser.add_argument("--lenient", action="store_true",
+                        help="exit 0 over malformed input lines (still named, skipped)")
+    parser.add_argument("--strict", action="store_true", help="exit non-zero if any input was malformed "
+                                                              "(the default; kept for old scripts)")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute every run (default: reuse each run's dashboard-cache.json)")
     args = parser.parse_args(argv)
-    os.makedirs(args.results, exist_ok=True)
-    output = args.output or os.path.join(args.results, "dashboard.json")
-    code = compute.main((args.paths or [args.results]) + ["-o", output] + (["--strict"] if args.strict else [])
-                        + (["--no-cache"] if args.no_cache else []))
-    if code not in (0, None) and not os.path.isfile(output):
-        return code
-    rendered = render.main([output, "--timelines"] + (args.paths or [args.results]))
-    return code or rendered or 0
+    root = args.results or options.RESULTS
+    # a run id (latest, 20261207-...) names a run under the results root, as for judge and timeline
+    paths = [path if os.path.exists(path) or not os.path.exists(os.path.join(root, path))
+             else os.path.join(root, path) for path in args.paths] or [root]
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        print(f"dashboard: {missing[0]}: not found (a results directory or a run directory was expected)",
+              file=sys.stderr)
+        return 2
+    if not inputs.find_run_dirs(paths, inputs.Inputs()):
+        print(f"dashboard: no run under {' '.join(paths)} (no cycles.jsonl): nothing recorded to draw",
+              file=sys.stderr)
+        return 2
+    output = args.output or os.path.join(dashboard_root(args.results, paths if args.paths else []),
+                                         "dashboard.json")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        code = compute.main(paths + ["-o", output, "--strict"] + (["--no-cache"] if args.no_cache else []))
+        render.main([output, "--timelines"] + paths)
+    except OSError as error:  # a read-only or full results root: the files cannot be written
+        problem = (f"cannot write the dashboard into {os.path.dirname(os.path.abspath(output))}: {error.strerror} "
+                   f"({error.filename})") if error.filename else error
+        print(f"dashboard: {problem}", file=sys.stderr)
+        return 2
+    if code and not args.lenient:
+        print("dashboard: malformed input, named above (skipped; the page lists it too): exit 2; "
+              "--lenient to accept it", file=sys.stderr)
+        return 2
+    return 0
+
+
+def dashboard_root(results, paths):
+    """Where the dashboard of `paths` goes: --results when given; else
+    beside what was named (a run directory's own, a results root's); else results/."""
+    if results is not None or not paths:
+        return results or options.RESULTS
+    first = paths[0]
+    return (os.path.dirname(first) or ".") if os.path.isfile(first) else first
 
 
 def timeline(argv):

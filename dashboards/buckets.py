@@ -6,7 +6,8 @@ one verdict bucket plus flag buckets:
 
   verdict buckets (one at most, from verdict / phase / reason):
     fail-in-<phase>:<device>:<errno>   a callback returned an error (device and
-                                       errno from the callbacks (lab.records), else
+                                       errno, named as lab.trace.errno_text names
+                                       it: "EIO (-5)", from the callbacks (lab.records), else
                                        suspend_stats, else the record's
                                        failed_callbacks, lab.records)
     fail-in-device-check:<device>      a device guest's device did not work after
@@ -29,12 +30,12 @@ one verdict bucket plus flag buckets:
                                        failed after the cycle (lab/devices.py)
 """
 
-import errno
 import functools
 import re
 
 from lab.console import ORDERING
 from lab.records import ERROR, FAIL, HANG, PASS, UNFINISHED
+from lab.trace import errno_text  # the one naming of errnos: "EIO (-5)"
 
 VERDICT_KINDS = (FAIL, "fake-sleep", HANG, UNFINISHED, ERROR)
 FLAG_KINDS = ("kernel-warning", "ordering-violation", "device-not-working")
@@ -42,11 +43,6 @@ FLAG_KINDS = ("kernel-warning", "ordering-violation", "device-not-working")
 KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
 ORDERING_LINE = ORDERING  # lab.console's: a passing cycle's record keeps such lines under --keep failures
 PHASE = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def errno_name(err):
-    """-5 -> "EIO"; unknown numbers stay numbers."""
-    return errno.errorcode.get(abs(err), str(err))
 
 
 def phase_token(phase):
@@ -111,7 +107,7 @@ def verdict_bucket(cycle):
         return f"fail-in-{phase}:{broken[0]}"
     failing = failing_device(cycle)
     if failing:
-        return f"fail-in-{phase}:{failing[0]}:{errno_name(failing[1])}"
+        return f"fail-in-{phase}:{failing[0]}:{errno_text(failing[1])}"
     return f"fail-in-{phase}"
 
 

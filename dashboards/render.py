@@ -12,7 +12,8 @@ writes, in the directory of dashboard.json:
 so the page opens from file:// with no server and no network. With
 --timelines PATH... it first draws the timeline pages (dashboards/timeline.py)
 of the runs under PATH (cycles that did not pass, the slowest-callback
-cycles) into RUN_DIR/timelines/ and links them from the page; their
+cycles) into RUN_DIR/timelines/, each linking back to the page, and links
+them from the page; their
 relative addresses are embedded as <script type="application/json"
 id="timeline-links"> ({"<run id>/<cycle>": href}). The embedded
 JSON has <, > and & escaped as \\u003c, \\u003e, \\u0026 so no string in it can
@@ -80,7 +81,9 @@ def main(argv=None):
     if args.timelines:
         from dashboards import timeline
         with open(args.dashboard) as source:
-            timelines = timeline.for_dashboard(args.timelines, json.load(source))
+            board = json.load(source)
+        page_path = os.path.join(os.path.dirname(os.path.abspath(args.dashboard)), "dashboard.html")
+        timelines = timeline.for_dashboard(args.timelines, board, page=page_path)
         print(f"dashboard: {len(timelines)} timeline pages linked", file=sys.stderr)
     path = render(args.dashboard, args.chartjs, timelines=timelines)
     print(f"dashboard page: {path}", file=sys.stderr)

@@ -12,14 +12,21 @@ lab/oracle/observe.py for each device's parent. The record adds the failing
 callbacks (lab.records.failed_callbacks), the oracle's ordering violations
 and the cycle's console lines.
 
-A cycle whose report is missing or unreadable is named on stderr and
-skipped; the run directory's records are only read.
+A cycle without a guest report (a hang or a lab error the host's watch
+decided, a cycle that never finished) gets a page drawn from its record
+alone: the reason, what the host saw (its steps, the hang dump) and the
+console lines, with no trace to draw. A cycle whose report is unreadable is
+named on stderr and skipped; the run directory's records are only read.
+Errnos are named as lab.trace.errno_text names them ("EIO (-5)"). A page
+drawn for a dashboard links back to it.
 """
 
 import argparse
 import base64
+import datetime
 import hashlib
 import os
+import urllib.parse
 import re
 import sys
 
@@ -177,7 +184,8 @@ def model(record, report_text):
         calls = []
         for call in sequences[device]:
             item = {"cb": call["cb"], "phase": trace.phase_of(call["cb"]), "start_ms": _ms(call["t"], t0),
-                    "us": call["us"], "err": call["err"], "pmtest": [], "violations": [],
+                    "us": call["us"], "err": call["err"], "err_text": _err_text(call["err"]),
+                    "pmtest": [], "violations": [],
                     "end_ms": _ms(call["t"] + call["us"] / 1e6, t0) if call["us"] is not None else None}
             item["failed"] = (device, call["cb"]) in failing_trace or any(
                 _same_device(device, f["device"]) and f.get("cb") in (None, call["cb"]) and f["err"] == call["err"]
@@ -234,21 +242,63 @@ def model(record, report_text):
             if item is not None and number not in item["violations"]:
                 item["violations"].append(number)
 
+    return dict(record_model(record), report=record.get("report"), no_trace=None, end_ms=end_ms,
+                phases=_phases(marks, t0), rows=rows, violations=violations, pmtest_unplaced=unplaced)
+
+
+def _err_text(err):
+    return trace.errno_text(err) if isinstance(err, int) and err else None
+
+
+def _epoch(stamp):
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def host_steps(record):
+    """The record's host timeline ([[step, epoch seconds]], lab.cycle) as
+    [[step, seconds since host_start]]: what the host did and saw, the one
+    account of a cycle the guest never reported (a hang)."""
+    start = _epoch(record.get("host_start"))
+    steps = []
+    for step in record.get("timeline") or []:
+        if isinstance(step, list) and len(step) == 2 and isinstance(step[0], str) \
+                and isinstance(step[1], (int, float)) and not isinstance(step[1], bool):
+            steps.append([step[0], round(step[1] - start, 3) if start is not None else None])
+    return steps
+
+
+def record_model(record, no_trace=None):
+    """The page's model from the record alone: a cycle with no trace to draw
+    (no guest report: no_trace says why), and the part of model() that
+    comes from the record."""
     return {
         "schema": SCHEMA,
         "cycle": {key: record.get(key) for key in ("run_id", "cycle", "mode", "wake", "pm_test", "verdict",
                                                    "expected_verdict", "phase", "reason", "host_start",
                                                    "suspend_ms", "resume_ms", "total_ms", "last_phase")},
-        "report": record.get("report"),
-        "end_ms": end_ms,
-        "phases": _phases(marks, t0),
-        "rows": rows,
-        "failed_callbacks": failing_record,
-        "violations": violations,
-        "console": evidence,
+        "state": records.state_of(record),
+        "report": None,
+        "no_trace": no_trace,
+        "end_ms": 0,
+        "phases": [],
+        "rows": [],
+        "failed_callbacks": [dict(call, err_text=_err_text(call["err"])) for call in records.failed_callbacks(record)],
+        "violations": [v for v in (record.get("ordering_violations") or []) if isinstance(v, dict)],
+        "console": [line for line in (record.get("evidence") or []) if isinstance(line, str)],
         "problems": [line for line in (record.get("problems") or []) if isinstance(line, str)],
-        "pmtest_unplaced": unplaced,
+        "pmtest_unplaced": [],
+        "host_steps": host_steps(record),
+        "host_events": [[str(item) for item in event] for event in records.host_events(record)
+                        if isinstance(event, list)],
+        "hang_dump": None,   # links, relative to the page (write_cycle)
+        "dashboard": None,
     }
+
+
+NO_REPORT = "no guest report: the host's watch decided this cycle (a hang, a lab error, a cycle never finished)"
 
 
 def _csp_hash(text):
@@ -281,17 +331,34 @@ def page(data):
     return re.sub(r"<!--PMLAB-([A-Z]+)-->", lambda match: values[match[1]], template)
 
 
-def write_cycle(run_dir, record, out_dir=None):
+def _href(path, out_dir):
+    return "/".join(urllib.parse.quote(part) for part in os.path.relpath(path, out_dir).split(os.sep))
+
+
+def dashboard_marker(href):
+    """How a page embeds its link back to the dashboard (page_json.embed)."""
+    return page_json.embed({"dashboard": href})[1:-1]
+
+
+def write_cycle(run_dir, record, out_dir=None, dashboard=None):
     """Draw one cycle's page into out_dir (default RUN_DIR/timelines);
-    return its path. TimelineError when the cycle cannot be drawn."""
-    if not record.get("report"):
-        raise TimelineError("no guest report (the host's watch decided this cycle)")
-    try:
-        text = records.read_report(run_dir, record["report"])
-    except (OSError, EOFError, ValueError) as error:
-        raise TimelineError(f"report {record['report']} unreadable: {error}") from None
-    data = model(record, text)
+    return its path. dashboard: the dashboard page to link back to.
+    TimelineError when the cycle cannot be drawn (its report unreadable or
+    without a trace); a cycle without a report is drawn from its record."""
     out_dir = out_dir or os.path.join(run_dir, DIRECTORY)
+    if not record.get("report"):
+        data = record_model(record, NO_REPORT)
+    else:
+        try:
+            text = records.read_report(run_dir, record["report"])
+        except (OSError, EOFError, ValueError) as error:
+            raise TimelineError(f"report {record['report']} unreadable: {error}") from None
+        data = model(record, text)
+    dump = record.get("hang_dump")
+    if isinstance(dump, str) and os.path.isfile(os.path.join(run_dir, dump)):
+        data["hang_dump"] = _href(os.path.join(run_dir, dump), out_dir)
+    if dashboard:
+        data["dashboard"] = _href(os.path.abspath(dashboard), os.path.abspath(out_dir))
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, page_name(record["cycle"]))
     files.write_atomically(path, page(data))
@@ -307,12 +374,16 @@ def _stderr(message):
     print(message, file=sys.stderr)
 
 
-def _up_to_date(page_path, sources):
+def _up_to_date(page_path, sources, marker):
     """Is the page newer than everything it is drawn from (the record file,
-    the report, this module and the page's template, script and style)?"""
+    the report, this module and the page's template, script and style), and
+    does it link back where it should (marker: dashboard_marker)?"""
     try:
         drawn = os.path.getmtime(page_path)
-        return all(os.path.getmtime(source) <= drawn for source in sources)
+        if not all(os.path.getmtime(source) <= drawn for source in sources):
+            return False
+        with open(page_path) as source:
+            return marker in source.read()
     except OSError:
         return False
 
@@ -321,20 +392,24 @@ CODE = [os.path.abspath(__file__), os.path.abspath(page_json.__file__)] + \
     [os.path.join(PAGE, name) for name in (TEMPLATE, SCRIPT, STYLE)]
 
 
-def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, pairs=None):
+def write_run(run_dir, cycles=None, warn=_stderr, pairs=None, dashboard=None):
     """Pages of a run directory: the cycles numbered in `cycles`; or, with
     `pairs` ((run id, cycle) pairs; one not in this directory is no
     problem: shards), those of them found here, each redrawn only when
     older than what it is drawn from; else every cycle that did not pass.
     Returns {(run id, cycle): path}. A cycle that cannot be drawn (its
-    report missing or malformed, a cycle asked for that is not there) goes
-    to warn(message), one with nothing to draw (no report: the host decided
-    it) to note(message); both are skipped. Records are only read."""
+    report unreadable or malformed, a cycle asked for that is not there)
+    goes to warn(message) and is skipped. dashboard: the dashboard page the
+    pages link back to (default: the results root's, if there is one).
+    Records are only read."""
     path = records.cycles_path(run_dir)
     if not os.path.isfile(path):
         raise TimelineError(f"{run_dir} is not a run directory: it has no cycles.jsonl")
     wanted = None if cycles is None else {int(c) for c in cycles}
     written, found = {}, set()
+    if dashboard is None:
+        beside = os.path.join(os.path.dirname(os.path.abspath(run_dir)), "dashboard.html")
+        dashboard = beside if os.path.isfile(beside) else None
     for record in records.read_cycles(path):
         number = record["cycle"]
         run_id = record.get("run_id") if isinstance(record.get("run_id"), str) and record.get("run_id") \
@@ -348,17 +423,15 @@ def write_run(run_dir, cycles=None, warn=_stderr, note=_stderr, pairs=None):
                 continue
         elif not draws(record):
             continue
-        if wanted is None and not record.get("report"):
-            # a hang or lab error the host decided: there is no trace to draw
-            note(f"timeline: {run_dir} cycle {number}: not drawn: no guest report "
-                 "(the host's watch decided this cycle)")
-            continue
         page_path = os.path.join(run_dir, DIRECTORY, page_name(number))
-        if pairs is not None and _up_to_date(page_path, [path, os.path.join(run_dir, record["report"])] + CODE):
+        sources = [path] + ([os.path.join(run_dir, record["report"])] if record.get("report") else []) + CODE
+        marker = dashboard_marker(_href(os.path.abspath(dashboard), os.path.abspath(os.path.dirname(page_path)))
+                                  if dashboard else None)
+        if pairs is not None and _up_to_date(page_path, sources, marker):
             written[(run_id, number)] = page_path
             continue
         try:
-            written[(run_id, number)] = write_cycle(run_dir, record)
+            written[(run_id, number)] = write_cycle(run_dir, record, dashboard=dashboard)
         except TimelineError as error:
             warn(f"timeline: {run_dir} cycle {number}: {error}")
     for number in sorted((wanted or set()) - found):
@@ -378,9 +451,10 @@ def linked_cycles(dashboard):
     return pairs
 
 
-def for_dashboard(paths, dashboard, warn=_stderr, note=_stderr):
+def for_dashboard(paths, dashboard, warn=_stderr, page=None):
     """The pages a dashboard links to (linked_cycles), for the runs under
-    `paths` (as dashboards.compute reads them). {(run id, cycle): path}."""
+    `paths` (as dashboards.compute reads them), each linking back to the
+    dashboard's page (`page`). {(run id, cycle): path}."""
     from dashboards import inputs
 
     pairs = linked_cycles(dashboard)
@@ -388,7 +462,7 @@ def for_dashboard(paths, dashboard, warn=_stderr, note=_stderr):
     for cycles_file in inputs.find_run_dirs(paths, inputs.Inputs()):
         run_dir = os.path.dirname(cycles_file)
         try:
-            written.update(write_run(run_dir, warn=warn, note=note, pairs=pairs))
+            written.update(write_run(run_dir, warn=warn, pairs=pairs, dashboard=page))
         except TimelineError as error:
             warn(f"timeline: {error}")
     return written

@@ -170,8 +170,8 @@ def _broken(broken):
 
 
 def _described(failed):
-    """Failed callbacks in words: "PNP0A06:01 (acpi) [suspend] -5, ..."."""
-    return ", ".join(f"{device} {cb} {err}" for device, cb, err in failed)
+    """Failed callbacks in words: "PNP0A06:01 (acpi) [suspend] EIO (-5), ..."."""
+    return ", ".join(f"{device} {cb} {trace.errno_text(err)}" for device, cb, err in failed)
 
 
 def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id,

@@ -287,9 +287,9 @@ class RunReader:
         order, each a RunRecord (a dict that knows this reader); [] if there
         is no file.
 
-        A line that is not JSON (cut short by a crash), not an object or without
-        an integer "cycle" is skipped and reported as problem(line number,
-        message) when given. check(record, line number) -> bool, when given,
+        A line that is not JSON (cut short by a crash), not an object, without
+        an integer "cycle" or with a status other than started/done is skipped
+        and reported as problem(line number, message) when given. check(record, line number) -> bool, when given,
         validates further (the dashboard's schema, which reports for itself); a
         line it refuses is skipped, and a cycle whose last word was such a line
         (with no "done" line accepted) is left out altogether, its number
@@ -320,6 +320,9 @@ class RunReader:
                     continue
                 if not _is_int(cycle):
                     problem(number, "no integer \"cycle\": not a cycle record")
+                    continue
+                if record.get("status") not in (STARTED, DONE):  # a damaged line must not stand for its cycle
+                    problem(number, f"status {record.get('status')!r} is neither {STARTED!r} nor {DONE!r}")
                     continue
                 if supersedes(record, kept.get(cycle)):
                     kept[cycle] = record

@@ -10,6 +10,12 @@ passed in a run with --keep failures, or was decided by the host's watch
 nothing to judge again, it is listed as kept.
 Nothing in the run directory is changed. A cycle whose report cannot be
 read counts as a difference: the run could not be checked.
+
+A damaged cycles.jsonl (a line cut short, a garbage line, a line that is no
+cycle record) is named line by line as lab.records' reader finds it
+(damage()); such a run is not judged unless the caller goes on over the
+damage (./pmlab judge --lenient): a dropped line can turn a recorded PASS
+into an unfinished cycle.
 """
 
 import os
@@ -64,16 +70,25 @@ def rejudge_record(run_dir, record):
     return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))
 
 
-def rejudge_run(run_dir):
+def rejudge_run(run_dir, damaged=None):
     """[Rejudged] for every cycle of RUN_DIR/cycles.jsonl; LabError if the
-    directory has no cycles."""
+    directory has no cycles. damaged: a list to append the file's damaged
+    lines to, as damage() words them (they are skipped, as the reader does)."""
     path = cycles_path(run_dir)
     if not os.path.isfile(path):
         raise LabError(f"{run_dir} is not a run directory: it has no cycles.jsonl")
-    records = read_cycles(path)
+    problems = []
+    records = read_cycles(path, problem=lambda number, message: problems.append(damage(path, number, message)))
+    if damaged is not None:
+        damaged.extend(problems)
     if not records:
-        raise LabError(f"{path} holds no cycle records")
+        raise LabError(f"{path} holds no cycle records" + (f" ({len(problems)} damaged lines)" if problems else ""))
     return [rejudge_record(run_dir, record) for record in records]
+
+
+def damage(path, number, message):
+    """One damaged line of a cycles.jsonl as the reader reported it: "FILE:LINE: why"."""
+    return f"{path}:{number}: {message}" if number else f"{path}: {message}"
 
 
 def describe(item):

@@ -8,6 +8,7 @@ Timing comes from here, not from console text: trace timestamps are taken
 where the kernel does the work.
 """
 
+import errno
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -231,6 +232,20 @@ def failed_callbacks(sequences):
             for device, calls in sequences.items() for call in calls
             if call["err"] and not (call["cb"].startswith("[")
                                     and (call["err"] == EAGAIN or call["err"] > 0))]
+
+
+# The kernel's own error numbers that user space never sees (include/linux/errno.h).
+KERNEL_ERRNOS = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAND", 515: "ENOIOCTLCMD",
+                 516: "ERESTART_RESTARTBLOCK", 517: "EPROBE_DEFER", 518: "EOPENSTALE", 519: "ENOPARAM",
+                 521: "EBADHANDLE", 522: "ENOTSYNC", 523: "EBADCOOKIE", 524: "ENOTSUPP", 525: "ETOOSMALL",
+                 526: "ESERVERFAULT", 527: "EBADTYPE", 528: "EJUKEBOX", 529: "EIOCBQUEUED", 530: "ERECALLCONFLICT"}
+
+
+def errno_text(err):
+    """A callback's return as every output shows it: -5 -> "EIO (-5)"; a
+    number without a name stays the number ("-600")."""
+    name = errno.errorcode.get(abs(err)) or KERNEL_ERRNOS.get(abs(err))
+    return f"{name} ({err})" if name else str(err)
 
 
 # Verbs of the transitions that go down (suspend, hibernate); the others

@@ -34,6 +34,13 @@ def _is_local(uri):
     return uri.split(":", 1)[0] == "qemu" and "//" in uri and uri.split("//", 1)[1].startswith("/")
 
 
+def _machine_daemon(uri):
+    """Is `uri` this machine's own libvirtd (the one start_daemons starts)?
+    Not a remote one, nor one named by its socket (?socket=: a daemon of
+    its own, e.g. a test's, which its owner starts)."""
+    return _is_local(uri) and "socket=" not in uri.partition("?")[2]
+
+
 def _running(pidfile):
     try:
         pid = int(open(pidfile).read().strip())
@@ -233,7 +240,7 @@ class Connection:
 
     def __init__(self, uri=DEFAULT_URI):
         self.uri = uri
-        if _is_local(uri):
+        if _machine_daemon(uri):
             start_daemons()
         _start_event_loop()
         try:

@@ -184,6 +184,88 @@ def test_dashboard_verb_draws_the_page_over_the_results(tmp_path):
     assert (tmp_path / "dashboard.html").is_file()
 
 
+def pmlab_dashboard(*args):
+    return subprocess.run([sys.executable, "-m", "cli.main", "dashboard", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("named", [["{root}/nonexistent"], ["--results", "{root}/nonexistent"],
+                                   ["{root}/run-recorded/nonexistent-run"]])
+def test_dashboard_of_a_nonexistent_input_is_exit_2_and_creates_nothing(tmp_path, named):
+    make_run_dir(tmp_path / "run-recorded")
+    before = sorted(str(path) for path in tmp_path.rglob("*"))
+    done = pmlab_dashboard(*[arg.format(root=tmp_path) for arg in named])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("dashboard: ") and "nonexistent" in done.stderr and "not found" in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert sorted(str(path) for path in tmp_path.rglob("*")) == before
+
+
+def test_dashboard_of_an_empty_results_root_says_so_and_draws_nothing(tmp_path):
+    done = pmlab_dashboard("--results", tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == f"dashboard: no run under {tmp_path} (no cycles.jsonl): nothing recorded to draw\n"
+    assert list(tmp_path.iterdir()) == []  # no page saying "every cycle passed" of 0
+
+
+def test_dashboard_of_damaged_lines_is_exit_2_unless_lenient(tmp_path):
+    run = make_run_dir(tmp_path / "run-recorded")
+    with open(run / "cycles.jsonl", "a") as out:
+        out.write("garbage\n")
+    number = len((run / "cycles.jsonl").read_text().splitlines())
+    for flags, code in (([], 2), (["--strict"], 2), (["--lenient"], 0)):
+        done = pmlab_dashboard("--results", tmp_path, *flags)
+        assert done.returncode == code, (flags, done.stderr)
+        assert f"{run}/cycles.jsonl:{number}: not JSON" in done.stderr  # named either way
+        assert (tmp_path / "dashboard.html").is_file()  # the page is drawn and lists the damage
+    assert "--lenient" in pmlab_dashboard("--results", tmp_path).stderr.splitlines()[-1]
+
+
+def test_dashboard_of_a_run_dir_goes_beside_the_run_not_into_the_checkout(tmp_path):
+    run = make_run_dir(tmp_path / "run-recorded")
+    checkout = os.path.join(REPO, "results", "dashboard.json")
+    before = os.stat(checkout).st_mtime_ns if os.path.exists(checkout) else None
+    done = pmlab_dashboard(run)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((run / "dashboard.json").read_text())["inputs"]["runs"] == 1
+    assert (run / "dashboard.html").is_file()
+    assert (os.stat(checkout).st_mtime_ns if os.path.exists(checkout) else None) == before
+    by_id = pmlab_dashboard("run-recorded", "--results", tmp_path)  # a run id under --results, as for judge
+    assert by_id.returncode == 0, by_id.stderr
+    assert json.loads((tmp_path / "dashboard.json").read_text())["inputs"]["runs"] == 1
+
+
+def in_own_mounts(script):
+    """Run a shell script in a mount namespace of its own (unprivileged: a
+    user namespace too), so it can mount without touching the machine's."""
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+    return subprocess.run(["unshare", "-rm", "sh", "-ec", script], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_dashboard_on_a_read_only_results_root_is_one_line_exit_2(tmp_path):
+    make_run_dir(tmp_path / "run-recorded")
+    done = in_own_mounts(f"mount --bind {tmp_path} {tmp_path}; mount -o remount,bind,ro {tmp_path}; "
+                         f"exec {sys.executable} -m cli.main dashboard --results {tmp_path}")
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"dashboard: cannot write the dashboard into {tmp_path}: Read-only file system (")
+    assert "Traceback" not in done.stderr
+
+
+def test_dashboard_on_a_full_disk_is_one_line_exit_2(tmp_path):
+    root = tmp_path / "full"
+    root.mkdir()
+    make_run_dir(tmp_path / "run-recorded")
+    done = in_own_mounts(f"mount -t tmpfs -o size=4m tmpfs {root}; cp -a {tmp_path}/run-recorded {root}/; "
+                         f"dd if=/dev/zero of={root}/filler bs=64k 2>/dev/null || true; "
+                         f"exec {sys.executable} -m cli.main dashboard --no-cache --results {root}")
+    assert done.returncode == 2, done.stderr
+    assert "No space left on device" in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
+
+
 def test_lava_actions_become_the_lab_scripts():
     lava = os.path.join(REPO, "pipelines", "lava")
     assert cli.lava_command(["up"]) == [os.path.join(lava, "lab-up"), "--workers", "2"]

@@ -213,7 +213,7 @@ def test_no_device_guest_gives_an_empty_works_section(recorded, tmp_path):
 def test_buckets_of_the_recorded_failures(recorded, tmp_path):
     board = dashboard_of(single_run(tmp_path, recorded))
     found = {b["bucket"]: b for b in board["buckets"]}
-    assert set(found) == {"fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO", "fail-in-resume:0000:00:10.0 (pmtest_edu):EIO",
+    assert set(found) == {"fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO (-5)", "fail-in-resume:0000:00:10.0 (pmtest_edu):EIO (-5)",
                           "hang-in-suspend"}
     for bucket in found.values():
         source = next(r for r in recorded if r["verdict"] != "pass" and buckets.classify(
@@ -222,8 +222,8 @@ def test_buckets_of_the_recorded_failures(recorded, tmp_path):
                                    "host_start": source["host_start"], "mode": source["mode"]}
         assert bucket["reason"] == source["reason"]
     # the evidence shown is the kernel's own line about the failing device
-    assert "pmtest_legacy.6" in found["fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO"]["evidence"]
-    assert "returns -5" in found["fail-in-resume:0000:00:10.0 (pmtest_edu):EIO"]["evidence"]
+    assert "pmtest_legacy.6" in found["fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO (-5)"]["evidence"]
+    assert "returns -5" in found["fail-in-resume:0000:00:10.0 (pmtest_edu):EIO (-5)"]["evidence"]
 
 
 @pytest.mark.parametrize("number", [9, 10])
@@ -243,10 +243,10 @@ def test_failing_device_is_the_same_from_every_source(recorded, number):
     compact = testing.version3([from_callbacks])[0]
     found = [buckets.classify(inputs.normalise(copy.deepcopy(r), "x", None))
              for r in (full, from_callbacks, from_fields, from_stats, from_reason, compact)]
-    assert found[0][0].startswith("fail-in-") and found[0][0].endswith(":EIO")
+    assert found[0][0].startswith("fail-in-") and found[0][0].endswith(":EIO (-5)")
     assert found[:3] == [found[0]] * 3 and found[5] == found[0] and " (pmtest_" in found[0][0]  # name and driver
     # suspend_stats and a version 1 reason know the name only
-    assert found[3] == found[4] == [found[0][0].split(" (")[0] + ":EIO"]
+    assert found[3] == found[4] == [found[0][0].split(" (")[0] + ":EIO (-5)"]
     bare = {k: v for k, v in from_reason.items() if k != "reason"}
     assert buckets.classify(inputs.normalise(bare, "x", None)) == [f"fail-in-{full['phase']}"]
 
@@ -905,8 +905,8 @@ def test_injected_failures_are_counted_not_judged(recorded, tmp_path):
     assert (mem["injected"], mem["judged"], mem["rate"]) == (2, 2, 0.5)
     assert mem["ci95"] == compute.wilson(1, 2)
     found = {b["bucket"]: (b["count"], b["expected"]) for b in board["buckets"]}
-    assert found == {"fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO": (1, 1), "hang-in-suspend": (1, 1),
-                     "fail-in-resume:0000:00:10.0 (pmtest_edu):EIO": (1, 0)}
+    assert found == {"fail-in-suspend:pmtest_legacy.6 (pmtest_legacy):EIO (-5)": (1, 1), "hang-in-suspend": (1, 1),
+                     "fail-in-resume:0000:00:10.0 (pmtest_edu):EIO (-5)": (1, 0)}
     expected = {row["cycle"]: row["expected_verdict"] for row in board["failures"]["cycles"]}
     assert expected == {9: "fail", 200: "hang", 10: "pass"}
     (build,) = board["trends"]["builds"]

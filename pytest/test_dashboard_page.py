@@ -318,3 +318,18 @@ def test_screenshot(page, tmp_path):
     keep = os.environ.get("PMLAB_DASHBOARD_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
+
+
+def test_a_dashboard_of_no_cycles_never_says_every_cycle_passed(tmp_path):
+    """dashboards.compute over a root with no run (the commit pipeline calls
+    it directly; ./pmlab dashboard refuses one): the page says there is
+    nothing, not that all of nothing passed."""
+    (tmp_path / "empty").mkdir()
+    board = compute.compute([str(tmp_path / "empty")])
+    assert board["inputs"]["cycles"] == 0
+    (tmp_path / "dashboard.json").write_text(compute.dumps(board))
+    dom, stderr = load(render.render(str(tmp_path / "dashboard.json")))
+    assert console_messages(stderr) == []
+    assert dom.texts_in("headline") == ["No cycles recorded"]
+    assert dom.texts_in("table-failures")[-1] == "No cycles recorded."
+    assert "every cycle passed" not in " ".join(text for text, _, _ in dom.texts).lower()

@@ -58,3 +58,12 @@ def test_acpi_tables_reach_qemu_after_the_devices():
     args = [a.get("value") for a in dom.find(f"{QEMU_NS}commandline")]
     assert args == ["-device", "edu,bus=pcie.0,addr=0x10",
                     "-acpitable", "file=/var/lib/libvirt/pmlab/g1-ssdt"]
+
+
+@pytest.mark.parametrize("uri, machines", [("qemu:///system", True), ("qemu:///session", True),
+                                           ("qemu:///system?socket=/tmp/t/libvirt-sock", False),
+                                           ("qemu+ssh://root@host/system", False)])
+def test_only_the_machines_own_libvirtd_is_started_by_the_lab(uri, machines):
+    """A URI naming its socket is a daemon of its own (a fault test's, which
+    restarts it): the lab must not start the machine's for it."""
+    assert virt._machine_daemon(uri) is machines

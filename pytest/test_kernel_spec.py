@@ -143,12 +143,20 @@ def _kernel_build(*args, tmp_path):
                           capture_output=True, text=True, timeout=300)
 
 
+def _git_kernel_dirs():
+    """The git trees' build directories in the checkout (build/kernels/git-*):
+    a user's own --kernel TREE@REF runs leave theirs there."""
+    kernels_dir = os.path.join(REPO, "build", "kernels")
+    return {name for name in os.listdir(kernels_dir) if name.startswith("git-")} \
+        if os.path.isdir(kernels_dir) else set()
+
+
 def test_kernel_build_refuses_a_missing_ref_before_extracting_anything(tree, tmp_path):
+    before = _git_kernel_dirs()  # not "none at all": what the user built before stays
     done = _kernel_build("--kernel", f"{tree}@v9.9", tmp_path=tmp_path)
     assert done.returncode == 2, done.stderr
     assert f"ref 'v9.9' does not exist in {tree}" in done.stderr
-    assert not any(name.startswith("git-linux-") for name in os.listdir(os.path.join(REPO, "build", "kernels"))) \
-        if os.path.isdir(os.path.join(REPO, "build", "kernels")) else True
+    assert _git_kernel_dirs() == before, "the test created a build directory"
 
 
 def test_kernel_build_names_the_patch_that_does_not_apply_and_compiles_nothing(tree, tmp_path):

@@ -115,7 +115,7 @@ def test_default_buckets_match_the_dashboard_when_present():
     buckets = classify(failed)
     assert buckets and all(isinstance(b, str) for b in buckets)
     assert classify(rec(5)) == [] or all("warning" in b or "ordering" in b for b in classify(rec(5)))
-    assert "fail-in-suspend:pmtest_legacy.6:EIO" in buckets  # dashboards/buckets.py names device and errno
+    assert "fail-in-suspend:pmtest_legacy.6:EIO (-5)" in buckets  # dashboards/buckets.py names device and errno
 
 
 def test_report_lines_name_regressions_and_known_failures():

@@ -141,6 +141,15 @@ def test_reader_reports_bad_lines_with_their_numbers(tmp_path):
     assert "cut short" in problems[-1][1]
 
 
+def test_a_damaged_status_is_reported_and_cannot_stand_for_its_cycle(tmp_path):
+    # a line of cycle 1 whose status was damaged would otherwise replace its "started" line
+    path = _lines(tmp_path, record(1, "started"), dict(record(1), status="dXne"), record(2))
+    problems = []
+    assert [(r["cycle"], r["status"]) for r in read_cycles(path, problem=lambda n, m: problems.append((n, m)))] \
+        == [(1, "started"), (2, "done")]
+    assert problems == [(2, "status 'dXne' is neither 'started' nor 'done'")]
+
+
 def test_cycle_whose_last_word_was_refused_is_excluded(tmp_path):
     path = _lines(tmp_path, record(1, "started"), dict(record(1, "started"), bad=True),
                   record(2), dict(record(2), bad=True))

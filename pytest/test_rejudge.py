@@ -88,3 +88,45 @@ def test_judge_refuses_a_directory_that_is_no_run(tmp_path):
     done = pmlab_judge(tmp_path)
     assert done.returncode == 2
     assert f"{tmp_path} is not a run directory: it has no cycles.jsonl" in done.stderr
+
+
+def damage_lines(run, damage):
+    """Rewrite RUN/cycles.jsonl through damage(lines) -> text."""
+    lines = (run / "cycles.jsonl").read_text().splitlines(keepends=True)
+    (run / "cycles.jsonl").write_text(damage(lines))
+
+
+def test_judge_refuses_a_cut_last_line_naming_it(run_dir):
+    # the audit: the last line cut in half turned a PASS into "UNFINISHED kept", rc 0
+    damage_lines(run_dir, lambda lines: "".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2])
+    number = len((run_dir / "cycles.jsonl").read_text().splitlines())
+    done = pmlab_judge(run_dir)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"judge: damaged line {run_dir}/cycles.jsonl:{number}: not JSON (no newline: cut short)" in done.stderr
+    assert "--lenient" in done.stderr and "UNFINISHED" not in done.stdout
+
+
+def test_judge_names_every_damaged_line_and_goes_on_with_lenient(run_dir):
+    # a garbage line, a record cut in the middle, a JSON line that is no cycle record
+    def damage(lines):
+        middle = len(lines) // 2
+        cut = lines[middle][:40] + "\n"
+        return "".join(lines[:3] + ["garbage\n"] + lines[3:middle] + [cut] + lines[middle + 1:] + ['{"cycle": "x"}\n'])
+    damage_lines(run_dir, damage)
+    path = f"{run_dir}/cycles.jsonl"
+    total = len((run_dir / "cycles.jsonl").read_text().splitlines())
+    strict = pmlab_judge(run_dir)
+    assert strict.returncode == 2
+    middle = (total - 2) // 2 + 2  # where the cut record went, after the garbage line
+    named = [line.split(": ")[1] for line in strict.stderr.splitlines() if line.startswith("judge: damaged line ")]
+    assert named == [f"damaged line {path}:{n}" for n in (4, middle, total)], strict.stderr
+    assert f"{path}:4: not JSON" in strict.stderr and f"{path}:{total}: no integer \"cycle\"" in strict.stderr
+    lenient = pmlab_judge(run_dir, "--lenient")
+    assert lenient.stderr.count("judge: damaged line ") == 3, lenient.stderr
+    assert "3 damaged lines skipped (--lenient)" in lenient.stdout
+    assert lenient.returncode == 0, "the rest judged again as recorded"
+
+
+def test_judge_of_an_intact_run_names_no_damage(run_dir):
+    done = pmlab_judge(run_dir)
+    assert done.returncode == 0 and "damaged" not in done.stderr + done.stdout

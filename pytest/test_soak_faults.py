@@ -3,9 +3,9 @@
 back: the harness killed, QEMU killed, a guest panic, a full results disk,
 libvirtd restarted. The guest hang is test_cycles.py's hang test.
 
-The libvirtd restart disturbs every libvirt client on the machine, so it is
-the last test of the last guest file (pytest runs files in name order) and
-the suite runs without xdist (./pmlab test).
+The libvirtd that is restarted is the test's own (pytest/own_libvirtd.py:
+its own mount namespace, sockets, pid files and state), never the
+machine's, which other runs beside the suite are using.
 """
 
 import json
@@ -93,8 +93,8 @@ def _children(pid):
         return []
 
 
-def _domains(prefix):
-    done = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--name"], capture_output=True, text=True)
+def _domains(prefix, uri="qemu:///system"):
+    done = subprocess.run(["virsh", "-c", uri, "list", "--name"], capture_output=True, text=True)
     return [name for name in done.stdout.split() if name.startswith(prefix)]
 
 
@@ -283,42 +283,76 @@ def test_results_disk_full_stops_with_a_clear_error_and_whole_lines(tmp_path, ar
         subprocess.run(["umount", "-l", mount])
 
 
-def _libvirtd_pid():
+@pytest.fixture
+def own_libvirtd(tmp_path):
+    """A libvirtd of this test's own (pytest/own_libvirtd.py), closed after it."""
+    from own_libvirtd import OwnLibvirtd
+    daemon = OwnLibvirtd(tmp_path / "libvirtd")
+    try:
+        yield daemon.start()
+    finally:
+        daemon.close()
+
+
+def _machine_libvirtd():
+    """The machine's libvirtd as its pid file names it (pid, start time), or None."""
     try:
         with open("/run/libvirtd.pid") as pidfile:
-            return int(pidfile.read())
-    except (OSError, ValueError):
+            pid = int(pidfile.read())
+        with open(f"/proc/{pid}/stat") as stat:
+            return pid, stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, ValueError, IndexError):
         return None
 
 
-def test_libvirtd_restarted_mid_run_the_lab_reconnects(tmp_path, artifacts):
+def test_own_libvirtd_is_not_the_machines(own_libvirtd):
+    """The fault tests' daemon stops and starts without a trace on the
+    machine's: its pid file, sockets and state are the test's own."""
+    import libvirt
+    machine = _machine_libvirtd()
+    sockets = sorted(os.listdir("/run/libvirt")) if os.path.isdir("/run/libvirt") else None
+    first = own_libvirtd.pid()
+    assert first and (machine is None or first != machine[0])
+    assert libvirt.open(own_libvirtd.uri).listAllDomains() == []  # none of the machine's guests
+    own_libvirtd.stop_libvirtd()
+    assert not os.path.exists(f"/proc/{first}")
+    own_libvirtd.start_libvirtd()
+    assert own_libvirtd.pid() not in (None, first)
+    assert _machine_libvirtd() == machine, "the machine's libvirtd was touched"
+    assert (sorted(os.listdir("/run/libvirt")) if os.path.isdir("/run/libvirt") else None) == sockets
+
+
+def test_libvirtd_restarted_mid_run_the_lab_reconnects(tmp_path, artifacts, own_libvirtd):
     """libvirtd stopped and started again while cycle 2 runs (what a package
     upgrade does): the cycle in flight is the lab's `error` naming the lost
     connection, the session reconnects, later cycles pass, and no guest of the
     run is left behind. An idle session of this process (as pytest's own
-    guests are) still destroys its guest when it closes after the restart."""
+    guests are) still destroys its guest when it closes after the restart.
+    The daemon is the test's own (own_libvirtd); the machine's is left alone."""
     from lab import modes
     from lab.records import RunDir
     from lab.session import Session
+    uri, machine = own_libvirtd.uri, _machine_libvirtd()
     results, run_id = str(tmp_path / "results"), f"libvirtd-{os.getpid()}"
-    idle = Session(artifacts_mod.find(artifacts), RunDir(results, run_id + "-idle"), worker="idle")
+    idle = Session(artifacts_mod.find(artifacts), RunDir(results, run_id + "-idle"), uri=uri, worker="idle")
     assert idle.cycle(modes.parse_mode("freeze"), 1)["verdict"] == "pass"
     log = str(tmp_path / "lab.log")
-    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "5", "--artifacts", artifacts), log)
+    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "5", "--artifacts", artifacts,
+                          "--uri", uri), log)
     path = os.path.join(results, run_id, "cycles.jsonl")
     try:
         _wait_for(lambda: _started_not_done(path, 2), 300, "cycle 2 starting", run, log)
-        old = _libvirtd_pid()
-        assert old, "libvirtd is not running from /run/libvirtd.pid"
-        os.kill(old, signal.SIGTERM)
-        _wait_for(lambda: not os.path.exists(f"/proc/{old}"), 30, "libvirtd exiting")
-        subprocess.run(["libvirtd", "-d"], check=True)
+        old = own_libvirtd.pid()
+        assert old, "the test's libvirtd has no pid file"
+        own_libvirtd.stop_libvirtd()
+        assert not os.path.exists(f"/proc/{old}"), "the test's libvirtd did not exit"
+        own_libvirtd.start_libvirtd()
         code = run.wait(600)
     finally:
         if run.poll() is None:
             run.kill()
-        if not _libvirtd_pid():
-            subprocess.run(["libvirtd", "-d"])
+        if own_libvirtd.libvirtd is None:  # stopped, not started again
+            own_libvirtd.start_libvirtd()
     records = _final(_lines(path))
     summary = json.load(open(os.path.join(results, run_id, "summary.json")))
     lost = [r for r in records if r["verdict"] == "error"]
@@ -330,11 +364,12 @@ def test_libvirtd_restarted_mid_run_the_lab_reconnects(tmp_path, artifacts):
     assert records[-1]["verdict"] == "pass"
     assert summary["libvirt_reconnects"] >= 1 and summary["reruns"] == len(lost)
     assert code == 0
-    assert not _domains(f"pmlab-{run_id}-w0"), "the guest the old daemon kept was destroyed"
+    assert not _domains(f"pmlab-{run_id}-w0", uri), "the guest the old daemon kept was destroyed"
     assert not idle.connection.alive()
     idle.close()
-    assert not _domains(f"pmlab-{run_id}-idle"), "the idle session destroyed its guest through a new connection"
+    assert not _domains(f"pmlab-{run_id}-idle", uri), "the idle session destroyed its guest through a new connection"
     assert idle.reconnects == 1
+    assert _machine_libvirtd() == machine, "the machine's libvirtd was touched"
 
 
 if __name__ == "__main__":

@@ -174,12 +174,12 @@ def test_missing_or_malformed_reports_are_named_and_skipped(tmp_path):
     os.remove(run / "reports" / "cycle9.txt.gz")
     (run / "reports" / "cycle10.txt.gz").write_bytes(b"not gzip at all")
     shutil.copyfile(os.path.join(RECORDINGS, "report-mem-fault-suspend.txt.gz"), run / "reports" / "cycle3.txt.gz")
-    warned, noted = [], []
-    written = timeline.write_run(str(run), warn=warned.append, note=noted.append)
-    assert written == {}
+    warned = []
+    written = timeline.write_run(str(run), warn=warned.append)
+    # the hang has no report: its page is drawn from the record alone
+    assert written == {("recording", 200): str(run / "timelines" / "cycle-0200.html")}
     assert len(warned) == 2 and "cycle 9: report reports/cycle9.txt.gz unreadable" in warned[0]
     assert "No such file" in warned[0] and "cycle 10: report reports/cycle10.txt.gz unreadable" in warned[1]
-    assert noted == [f"timeline: {run} cycle 200: not drawn: no guest report (the host's watch decided this cycle)"]
     # a report without a trace
     with gzip.open(run / "reports" / "cycle10.txt.gz", "wt") as out:
         out.write("=== before\nx=1\n=== end\n")
@@ -204,8 +204,53 @@ def test_pmlab_timeline_prints_the_page(tmp_path):
     done = subprocess.run([os.path.join(REPO, "pmlab"), "timeline", str(run)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert done.stdout == f"{run}/timelines/cycle-0009.html\n"
+    assert done.stdout == f"{run}/timelines/cycle-0009.html\n{run}/timelines/cycle-0200.html\n"  # 200: the hang
     assert f"timeline: {run} cycle 10: report reports/cycle10.txt.gz unreadable" in done.stderr
+
+
+def test_a_hang_gets_a_page_from_its_record(tmp_path):
+    """A hang has no guest report (the host's watch decided it): its page
+    says why there is no trace, what the host saw and links the hang dump."""
+    run = make_run_dir(tmp_path / "run")
+    hang = recorded("hang")
+    shutil.copyfile(os.path.join(RECORDINGS, "hang-dump.txt"), run / hang["hang_dump"])
+    path = timeline.write_run(str(run), [200])[("recording", 200)]
+    data = json.loads(re.search(r'id="timeline-data">(.*?)</script>', open(path).read(), re.S).group(1))
+    assert data["no_trace"] == timeline.NO_REPORT and data["rows"] == [] and data["state"] == "hang"
+    assert data["cycle"]["reason"] == "guest not asleep (no PMSuspended event) within 10s"
+    assert data["host_steps"] == [["sent", 0.002]]
+    assert data["hang_dump"] == "../" + hang["hang_dump"] and os.path.isfile(run / "timelines" / data["hang_dump"])
+    assert data["console"] == hang["evidence"] and data["console"]
+
+
+def test_every_errno_is_named_one_way():
+    assert trace.errno_text(-5) == "EIO (-5)"
+    assert trace.errno_text(-517) == "EPROBE_DEFER (-517)"  # the kernel's own, unknown to user space
+    assert trace.errno_text(-600) == "-600"
+    data = timeline.model(recorded("mem-fault-suspend"), report("mem-fault-suspend"))
+    assert [f["err_text"] for f in data["failed_callbacks"]] == ["EIO (-5)"]
+    assert [c["err_text"] for _, c in all_calls(data) if c["failed"]] == ["EIO (-5)"]
+    from lab import judge, modes
+    from dashboards import buckets, inputs
+    record = recorded("mem-fault-suspend")
+    again = judge.judge_with_order(modes.parse_mode("mem", record.get("wake")), report("mem-fault-suspend"),
+                                   record.get("report_status", 0), records.host_events(record),
+                                   record.get("evidence") or [], record.get("timeline") or [],
+                                   record.get("token"), record.get("guest_boot_id"))
+    assert "pmtest_legacy.6 (pmtest_legacy) bus[suspend] EIO (-5)" in again["reason"]  # the terminal's line
+    bucket = buckets.verdict_bucket(dict(inputs.normalise(record, "r", None), callback_errors=[]))
+    assert bucket.endswith(":EIO (-5)")  # the dashboard's
+
+
+def test_a_page_drawn_for_a_dashboard_links_back_to_it(tmp_path):
+    run = make_run_dir(tmp_path / "results" / "run")
+    board = {"failures": {"cycles": [{"run_id": "recording", "cycle": 9}]}}
+    (path,) = timeline.for_dashboard([str(run)], board, page=str(tmp_path / "results" / "dashboard.html")).values()
+    assert timeline.dashboard_marker("../../dashboard.html") in open(path).read()
+    drawn = os.path.getmtime(path)
+    os.utime(path, (drawn, drawn + 1000))  # newer than what it is drawn from: only the link can redraw it
+    timeline.for_dashboard([str(run)], board, page=str(run / "dashboard.html"))
+    assert timeline.dashboard_marker("../dashboard.html") in open(path).read()
 
 
 # ------------------------------------------------------------------ in Chromium
@@ -264,7 +309,7 @@ def problems_of(dom, stderr, data):
         found.append("the <img> console line is not shown as text in the console list")
     if not any(SCRIPT_DEVICE in text and IMG_LINE in text for text in dom.texts_in("rows")):
         found.append("the device's row does not carry its name and console line as text")
-    if not any(f"failed callback: {SCRIPT_DEVICE} (pmtest_legacy) bus[suspend] err=-5" in text
+    if not any(f"failed callback: {SCRIPT_DEVICE} (pmtest_legacy) bus[suspend] err=EIO (-5)" in text
                for text in dom.texts_in("findings-list")):
         found.append("the <script> device name is not shown as text among the findings")
     if "pwned" in document_title(dom):
@@ -312,7 +357,7 @@ def test_tooltip_shows_the_calls_pmtest_record_and_console_lines(hostile):
     assert "hidden" not in tip
     lines = dom.texts_in("tooltip")
     assert lines[0] == f"{SCRIPT_DEVICE} (pmtest_legacy)   parent: pmtest_legacy.2"
-    assert lines[1].startswith("bus[suspend]  (suspend)  199.0 \u00b5s  err=-5  FAILED")
+    assert lines[1].startswith("bus[suspend]  (suspend)  199.0 \u00b5s  err=EIO (-5)  FAILED")
     assert f"pmtest seq=1130 {SCRIPT_DEVICE} cb=suspend event=suspend ret=-5" in lines
     assert f"console {IMG_LINE}" in lines
     assert any("dpm_run_callback(): platform_pm_suspend+0x0/0x2a returns -5" in line for line in lines)
@@ -386,21 +431,21 @@ def test_dashboard_draws_the_pages_it_links(linked_dashboard):
     page = (results / "dashboard.html").read_text()
     start = page.index('id="timeline-links">') + len('id="timeline-links">')
     links = json.loads(page[start:page.index("</script>", start)])
-    failing = {f"{c['run_id']}/{c['cycle']}" for c in board["failures"]["cycles"] if c["cycle"] != 200}
+    failing = {f"{c['run_id']}/{c['cycle']}" for c in board["failures"]["cycles"]}
     slowest = {f"{r['max_at']['run_id']}/{r['max_at']['cycle']}" for r in board["latency"]["top_p95"]}
-    assert failing == {"recording/9", "recording/10"} and slowest
+    assert failing == {"recording/9", "recording/10", "recording/200"} and slowest
     assert set(links) == failing | slowest
     for href in links.values():
         assert href.startswith("recording/timelines/cycle-") and os.path.isfile(results / href)
-    assert "cycle 200: not drawn: no guest report" in stderr  # the hang without a report: said, not drawn
+    assert "cycle 200" not in stderr  # the hang without a report: drawn from its record
     # drawn again only when what a page is drawn from changed
     nine = results / links["recording/9"]
     os.utime(nine, (1e9, 4e9))  # newer than anything: kept as it is
-    again = timeline.for_dashboard([str(results)], board, note=lambda message: None)
+    again = timeline.for_dashboard([str(results)], board, page=str(results / "dashboard.html"))
     assert set(again) == {tuple([k.split("/")[0], int(k.split("/")[1])]) for k in links}
     assert os.path.getmtime(nine) == 4e9
     os.utime(nine, (1e9, 1e9))  # older than its report: drawn again
-    timeline.for_dashboard([str(results)], board, note=lambda message: None)
+    timeline.for_dashboard([str(results)], board, page=str(results / "dashboard.html"))
     assert abs(os.path.getmtime(nine) - time.time()) < 600
     # max_at names the cycle of the slowest call
     with_callbacks = testing.with_callbacks(testing.recorded_records())
@@ -427,6 +472,35 @@ def test_dashboard_page_links_the_failing_cycle(linked_dashboard):
     page_dom, page_stderr = load(str(results / to_nine))
     (body,) = page_dom.attrs_of("body")
     assert body.get("data-drawn") == "ready" and console_messages(page_stderr) == []
+
+
+@pytest.mark.browser
+def test_dashboard_leads_to_the_failure_and_its_page_leads_back(linked_dashboard):
+    """What a newcomer sees first: the pass/fail headline per mode, then the
+    cycles that did not pass, each linked to its page (the hang's too),
+    which links back to the dashboard."""
+    results, board, _ = linked_dashboard
+    dom, stderr = load(str(results / "dashboard.html"))
+    assert console_messages(stderr) == []
+    sections = [attrs.get("id") for tag, attrs, _ in dom.elements if tag == "section"]
+    assert sections[:2] == ["headline-section", "failures-section"], sections
+    (headline,) = dom.texts_in("headline")
+    assert headline == "FAIL: mem fails on the newest build"
+    since = board["trends"]["modes"]["mem"]["failing_since"]
+    anchors = [(attrs.get("href"), ids) for tag, attrs, ids in dom.elements if tag == "a"]
+    assert (f"recording/timelines/cycle-{since['cycle']:04d}.html", ["headline-section", "table-headline"]) in \
+        [(href, ids[-2:]) for href, ids in anchors]  # "failing since", linked to that cycle's page
+    failures = {href for href, ids in anchors if "table-failures" in ids}
+    assert failures == {f"recording/timelines/cycle-{n:04d}.html" for n in (9, 10, 200)}
+    for number in (9, 200):  # a failing cycle, and the hang without a report
+        page_dom, page_stderr = load(str(results / "recording" / "timelines" / f"cycle-{number:04d}.html"))
+        (body,) = page_dom.attrs_of("body")
+        assert body.get("data-drawn") == "ready" and "data-errors" not in body and console_messages(page_stderr) == []
+        (back,) = [attrs for tag, attrs, _ in page_dom.elements if attrs.get("id") == "dashboard-link"]
+        assert back["href"] == "../../dashboard.html" and os.path.isfile(results / "recording" / "timelines" /
+                                                                          back["href"])
+    assert "no guest report" in " ".join(page_dom.texts_in("no-trace"))
+    assert any("guest not asleep" in text for text in page_dom.texts_in("findings-list"))
 
 
 def test_render_links_are_relative_and_quoted(tmp_path):

@@ -164,6 +164,48 @@
     }
   }
 
+  /* The page's first word: per mode, does the newest build pass (the
+   * trend's current status), since when does it fail, and how many cycles
+   * did not pass. */
+  function headline(data) {
+    var modes = Object.keys(data.success.modes).sort();
+    var trend = data.trends.modes;
+    var failing = modes.filter(function (m) { return trend[m] && trend[m].current === 'fail'; });
+    var passing = modes.filter(function (m) { return trend[m] && trend[m].current === 'pass'; });
+    var node = document.getElementById('headline');
+    var status = !modes.length ? 'unknown' : failing.length ? 'fail' : passing.length ? 'pass' : 'unknown';
+    node.className = 'headline status-' + status;
+    var all = data.success.all, notPassed = data.failures.total;
+    node.textContent = !modes.length ? 'No cycles recorded' : failing.length ?
+      'FAIL: ' + failing.join(', ') + (failing.length === 1 ? ' fails' : ' fail') + ' on the newest build' :
+      passing.length ? 'PASS: every mode passes on the newest build' : 'No judged cycles (only lab errors or injected)';
+    var lab = data.lab_errors;
+    document.getElementById('headline-note').textContent =
+      all.cycles + ' cycles: ' + all.counts.pass + ' passed, ' + all.counts.fail + ' failed, ' + all.counts.hang +
+      ' hung, ' + all.counts.unfinished + ' unfinished, ' + all.counts.error + ' lab errors' +
+      (all.injected ? ', ' + all.injected + ' injected' : '') + '; ' + notPassed + ' did not pass (listed below).' +
+      (lab && lab.over_budget ? ' Lab errors OVER BUDGET (' + pct(lab.share) + '): the lab, not the kernel, first.' : '');
+    table(document.getElementById('table-headline'), [
+      ['mode', function (m) { return m; }],
+      ['newest build', function (m) { return statusCell(trend[m] ? trend[m].current : 'unknown'); }],
+      ['passed / judged', function (m) {
+        var b = data.success.modes[m]; return b.counts.pass + ' / ' + b.judged;
+      }, 'num'],
+      ['success rate', function (m) { return pct(data.success.modes[m].rate); }, 'num'],
+      ['did not pass', function (m) {
+        var c = data.success.modes[m].counts;
+        return ['fail', 'hang', 'unfinished', 'error'].filter(function (k) { return c[k]; })
+          .map(function (k) { return c[k] + ' ' + (k === 'error' ? 'lab error' : k); }).join(', ') || '\u2013';
+      }],
+      ['failing since', function (m) {
+        var o = trend[m] && trend[m].failing_since;
+        if (!o) return '\u2013';
+        var text = where(o) + ', build ' + o.build;
+        return timelineLink(o, text);
+      }, 'text']
+    ], modes, 'No cycles.');
+  }
+
   function success(data) {
     var modes = Object.keys(data.success.modes).sort();
     document.getElementById('success-definition').textContent = 'Rate = ' + data.success.definition + '.';
@@ -202,6 +244,21 @@
     c.draw();
   }
 
+  /* A long label as lines of at most `width` characters, broken after a
+   * ':' or a space where it can be (Chart.js draws an array as lines), so
+   * that no axis cuts it. */
+  function wrap(text, width) {
+    var lines = [], rest = String(text);
+    while (rest.length > width) {
+      var cut = Math.max(rest.lastIndexOf(':', width), rest.lastIndexOf(' ', width));
+      if (cut < width / 3) cut = width - 1;
+      lines.push(rest.slice(0, cut + 1).trim());
+      rest = rest.slice(cut + 1);
+    }
+    lines.push(rest.trim());
+    return lines;
+  }
+
   function bucketSection(data) {
     var list = data.buckets;
     table(document.getElementById('table-buckets'), [
@@ -217,12 +274,18 @@
       ['reason (first)', function (b) { return b.reason; }, 'text'],
       ['evidence (first)', function (b) { return b.evidence; }, 'text']
     ], list, 'No failures.');
-    if (!list.length) { noData('chart-buckets', 'No failure buckets: every cycle passed.'); return; }
+    if (!list.length) {
+      noData('chart-buckets', data.inputs.cycles ? 'No failure buckets: every cycle passed.' : 'No cycles recorded.');
+      return;
+    }
     var top = list.slice(0, 20);
+    var labels = top.map(function (b) { return wrap(b.bucket, 34); });
+    var lines = labels.reduce(function (sum, l) { return sum + l.length; }, 0);
+    document.getElementById('chart-buckets').parentNode.style.height = Math.max(260, 40 + lines * 15) + 'px';
     chart('chart-buckets', {
       type: 'bar',
       data: {
-        labels: top.map(function (b) { return b.bucket; }),
+        labels: labels,
         datasets: [{
           label: 'cycles',
           data: top.map(function (b) { return b.count; }),
@@ -618,8 +681,8 @@
     document.getElementById('failures-note').textContent =
       f.total + ' cycles did not pass' + (f.shown < f.total ? '; the newest ' + f.shown + ' are listed' : '') + '.';
     table(document.getElementById('table-failures'), [
-      ['run', function (r) { return r.run_id; }, 'text'],
-      ['cycle', function (r) { return r.cycle; }, 'num'],
+      ['run', function (r) { return r.run_id; }],
+      ['cycle', function (r) { return timelineLink(r, String(r.cycle)); }, 'num'],
       ['started', function (r) { return r.host_start; }],
       ['mode', function (r) { return r.mode; }],
       ['verdict', function (r) {
@@ -630,7 +693,7 @@
       ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],
       ['reason', function (r) { return r.reason; }, 'text'],
       ['timeline', function (r) { return timelineLink(r, 'timeline', '\u2013'); }]
-    ], f.cycles.slice().reverse(), 'Every cycle passed.');
+    ], f.cycles.slice().reverse(), data.inputs.cycles ? 'Every cycle passed.' : 'No cycles recorded.');
   }
 
   function runs(data) {
@@ -687,7 +750,7 @@
     if (links) {
       try { timelineLinks = JSON.parse(links.textContent); } catch (error) { pageError('timeline links: ' + error); }
     }
-    var steps = [overview, kernelsSection, success, labErrors, worksAfterResume, bucketSection, trend, timing, hostTime, latency, failures, runs, harnessMemory];
+    var steps = [overview, headline, failures, kernelsSection, success, labErrors, worksAfterResume, bucketSection, trend, timing, hostTime, latency, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });

@@ -89,11 +89,42 @@
     var c = data.cycle;
     document.getElementById('heading').textContent =
       'pmlab cycle timeline: run ' + c.run_id + ', cycle ' + c.cycle + ' (' + c.mode + ')';
-    var parts = ['verdict ' + c.verdict + (c.phase ? ' in ' + c.phase : '')];
+    var parts = ['verdict ' + (c.verdict || data.state) + (c.phase ? ' in ' + c.phase : '')];
     if (c.expected_verdict && c.expected_verdict !== 'pass') parts.push('expected ' + c.expected_verdict);
-    parts.push('suspend ' + ms(c.suspend_ms), 'resume ' + ms(c.resume_ms), 'trace span ' + ms(data.end_ms));
-    parts.push(data.rows.length + ' devices', 'started ' + c.host_start, 'report ' + data.report);
+    if (data.no_trace) parts.push('no trace');
+    else parts.push('suspend ' + ms(c.suspend_ms), 'resume ' + ms(c.resume_ms), 'trace span ' + ms(data.end_ms),
+                    data.rows.length + ' devices');
+    parts.push('started ' + c.host_start, 'report ' + (data.report || 'none'));
     document.getElementById('summary').textContent = parts.join(' \u00b7 ');
+    if (data.dashboard) {
+      document.getElementById('dashboard-link').setAttribute('href', data.dashboard);
+      document.getElementById('back').hidden = false;
+    }
+  }
+
+  /* An errno as the lab names it everywhere (lab.trace.errno_text): "EIO (-5)". */
+  function errText(item) { return item.err_text || String(item.err); }
+
+  /* A cycle the guest never reported on (a hang): what the host saw. */
+  function hostSide() {
+    var steps = data.host_steps || [], events = data.host_events || [];
+    var list = document.getElementById('host-steps');
+    steps.forEach(function (s) {
+      list.appendChild(el('li', null, s[0] + (s[1] === null ? '' : ' at +' + s[1].toFixed(3) + ' s')));
+    });
+    events.forEach(function (e) { list.appendChild(el('li', null, 'libvirt event: ' + e.join(' '))); });
+    if (data.hang_dump) {
+      var link = document.getElementById('hang-dump-link');
+      link.setAttribute('href', data.hang_dump);
+      link.textContent = data.hang_dump.split('/').pop();
+      document.getElementById('hang-dump').hidden = false;
+    }
+    if (steps.length || events.length || data.hang_dump) document.getElementById('host-section').hidden = false;
+    if (data.no_trace) {
+      document.getElementById('no-trace').textContent = data.no_trace;
+      document.getElementById('no-trace-section').hidden = false;
+      document.getElementById('timeline-section').hidden = true;
+    }
   }
 
   function jump(rowIndex, callIndex) {
@@ -122,12 +153,17 @@
     data.rows.forEach(function (row, index) {
       row.calls.forEach(function (call, callIndex) {
         if (!call.failed) return;
-        var item = el('li', 'fail', 'failed callback: ' + row.device + ' ' + call.cb + ' err=' + call.err +
+        var item = el('li', 'fail', 'failed callback: ' + row.device + ' ' + call.cb + ' err=' + errText(call) +
           ' at ' + ms(call.start_ms) + ', took ' + duration(call.us) + ' ');
         item.appendChild(jump(index, callIndex));
         list.appendChild(item);
       });
     });
+    if (!data.rows.length) {  /* no trace: the record's own account of its failing callbacks */
+      data.failed_callbacks.forEach(function (f) {
+        list.appendChild(el('li', 'fail', 'failed callback: ' + f.device + ' ' + (f.cb || '') + ' err=' + errText(f)));
+      });
+    }
     data.violations.forEach(function (v, number) {
       var item = el('li', 'violation', 'ordering violation ' + (number + 1) + ': ' + v.rule + ': ' + v.device +
         ': ' + v.message + ' ');
@@ -136,7 +172,11 @@
       list.appendChild(item);
     });
     data.problems.forEach(function (line) { list.appendChild(el('li', null, 'console: ' + line)); });
-    if (!list.firstChild) list.appendChild(el('li', null, 'nothing: this cycle passed'));
+    if (!list.firstChild) {
+      list.appendChild(el('li', null, !data.state || data.state === 'pass' ? 'nothing: this cycle passed'
+        : 'no reason recorded: the cycle is ' + data.state + (data.state === 'unfinished' ?
+          ' (only its "started" line: the run stopped during it)' : '')));
+    }
   }
 
   function legend() {
@@ -286,7 +326,7 @@
         var bar = svg('rect', {'class': callClass(call) + (call.pmtest.length ? ' pmtest' : ''), x: x0, y: y + 2,
                                width: w, height: ROW - 4, 'data-row': item.index, 'data-call': index});
         bar.appendChild(svg('title', {}, row.device + ' ' + call.cb + ': ' + duration(call.us) +
-                            (call.err ? ' err=' + call.err : '')));
+                            (call.err ? ' err=' + errText(call) : '')));
         group.appendChild(bar);
         bars++;
         if (call.failed) {
@@ -327,7 +367,7 @@
     lines.push(['head', row.device + (row.parent ? '   parent: ' + row.parent : '')]);
     if (call) {
       lines.push([call.failed ? 'fail' : null, call.cb + '  (' + call.phase + ')  ' + duration(call.us) +
-                  '  err=' + (call.err === null ? '\u2013' : call.err) + (call.failed ? '  FAILED' : '')]);
+                  '  err=' + (call.err === null ? '\u2013' : errText(call)) + (call.failed ? '  FAILED' : '')]);
       lines.push([null, 'start ' + ms(call.start_ms) + '  end ' + ms(call.end_ms)]);
       call.pmtest.forEach(function (line) { lines.push([null, 'pmtest ' + line]); });
       call.violations.forEach(function (n) {
@@ -336,7 +376,7 @@
       });
     } else {
       row.calls.forEach(function (c) {
-        lines.push([c.failed ? 'fail' : null, c.cb + ' ' + duration(c.us) + (c.err ? ' err=' + c.err : '')]);
+        lines.push([c.failed ? 'fail' : null, c.cb + ' ' + duration(c.us) + (c.err ? ' err=' + errText(c) : '')]);
       });
     }
     row.pmtest.forEach(function (line) { lines.push([null, 'pmtest ' + line]); });
@@ -407,7 +447,10 @@
     if (data.schema !== 'pmlab-timeline/1') pageError('unexpected timeline schema ' + data.schema);
     var wanted = /min-us=(\d+)/.exec(window.location.hash);
     if (wanted) { state.minUs = Number(wanted[1]); document.getElementById('min-us').value = wanted[1]; }
-    [summary, findings, legend, consoleLines, fit, draw, pinnedCall].forEach(function (step) {
+    var steps = data.no_trace ? [summary, findings, hostSide, consoleLines]
+      : [summary, findings, hostSide, legend, consoleLines, fit, draw, pinnedCall];
+    if (data.no_trace) { document.body.dataset.rows = '0'; document.body.dataset.bars = '0'; }
+    steps.forEach(function (step) {
       try { step(); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });
     document.getElementById('zoom-in').addEventListener('click', function () { state.pxPerMs *= 2; draw(); });
