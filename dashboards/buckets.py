@@ -4,7 +4,8 @@ classify(cycle) -> sorted list of bucket names for one normalised cycle
 (dashboards/inputs.py). A passing cycle usually has none; a cycle can have
 one verdict bucket plus flag buckets:
 
-  verdict buckets (one at most, from verdict / phase / reason):
+  verdict buckets (one at most, from verdict / phase / reason; none for
+  a pass or an interrupted cycle):
     fail-in-<phase>:<device>:<errno>   a callback returned an error (device and
                                        errno from the callbacks (lab.records), else
                                        suspend_stats, else the record's
@@ -34,7 +35,7 @@ import functools
 import re
 
 from lab.console import ORDERING
-from lab.records import ERROR, FAIL, HANG, PASS, UNFINISHED
+from lab.records import ERROR, FAIL, HANG, INTERRUPTED, PASS, UNFINISHED
 
 VERDICT_KINDS = (FAIL, "fake-sleep", HANG, UNFINISHED, ERROR)
 FLAG_KINDS = ("kernel-warning", "ordering-violation", "device-not-working")
@@ -95,7 +96,7 @@ def error_class(reason):
 
 def verdict_bucket(cycle):
     verdict = cycle["verdict"]
-    if verdict == PASS:
+    if verdict in (PASS, INTERRUPTED):  # interrupted: the run stopped, no failure of anything
         return None
     if verdict == UNFINISHED:
         return UNFINISHED
