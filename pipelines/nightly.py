@@ -80,7 +80,8 @@ class NightlyRequest:
         rotation = list(self.modes or plan_mod.DEFAULT_MODES)
         cycles = tuple(request_mod.Cycle(n, modes_mod.mode_of(plan_mod.mode_of(n, rotation)), tuple(knobs.get(n, ())))
                        for n in numbers)
-        return self.template.replace(cycles=cycles).check()
+        # resume: each chunk adds its cycles to the run directory the earlier ones wrote
+        return self.template.replace(cycles=cycles, resume=True).check()
 
     def to_json(self):
         value = dataclasses.asdict(self)
