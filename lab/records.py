@@ -38,8 +38,8 @@ kernel: counted, never judged, never a failure.
 The pass rate (pass_rate) is pass / (pass + fail + hang + unfinished) over
 the cycles not made to fail on purpose (expected_verdict other than pass:
 "injected"); "error" (the lab failed, not the kernel) and "interrupted" (the
-run stopped during the cycle) are counted but not judged. Its interval is Wilson's score interval at 95 %. Percentiles are
-nearest-rank (nearest_rank()).
+run stopped during the cycle) are counted but not judged. Its interval is
+Wilson's score interval at 95 %. Percentiles are nearest-rank (nearest_rank()).
 """
 
 import base64

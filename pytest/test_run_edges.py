@@ -129,6 +129,14 @@ def test_the_command_refuses_a_reused_run_id_and_a_resume_without_one(tmp_path, 
     assert "--resume needs --run-id" in capsys.readouterr().err
 
 
+def test_the_commit_pipeline_refuses_a_reused_run_id_before_writing_into_it(tmp_path, capsys):
+    from pipelines import commit
+    RunDir(str(tmp_path), "taken").append({"cycle": 1, "status": "done", "verdict": "pass"})
+    assert commit.main(["--results", str(tmp_path), "--run-id", "taken"]) == 2
+    assert "run taken exists already" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path / "taken")) == ["console", "cycles.jsonl"]  # no marker, no manifest
+
+
 # ---------------------------------------------------------------- Ctrl-C
 
 def test_ctrl_c_records_the_cycle_in_flight_as_interrupted_and_exits_130(tmp_path, monkeypatch, capsys):
