@@ -65,7 +65,7 @@ def request_of(tmp_path, count, run_id="r", resume=False):
                       results=str(tmp_path), run_id=run_id, manifest=False, resume=resume)
 
 
-def run_with(monkeypatch, request, tag, **engine_options):
+def run_with(monkeypatch, request, tag, style="text", **engine_options):
     """lab.run.run(request) on a StandInEngine; returns (result, engines made)."""
     made = []
 
@@ -74,7 +74,7 @@ def run_with(monkeypatch, request, tag, **engine_options):
         return made[-1]
 
     monkeypatch.setattr(lab_run, "engine_for", engine_for)
-    return lab_run.run(request), made
+    return lab_run.run(request, style=style), made
 
 
 # ---------------------------------------------------------------- a reused run id
@@ -230,3 +230,17 @@ def test_json_prints_the_summary_alone_on_stdout(capsys):
     assert (value["cycles"], value["passed"], value["failed"], value["exit"]) == (18, 17, 1, 1)
     assert [(c["cycle"], c["verdict"], c["timeline"]) for c in value["not_passed"]] == [
         (7, "fail", "/p/cycle-0007.html")]
+
+
+def test_a_json_run_keeps_stdout_for_the_summary_and_a_quiet_one_says_only_the_end(tmp_path, monkeypatch, capsys):
+    run_with(monkeypatch, request_of(tmp_path, 3, run_id="j"), "j", style="json", verdicts={2: "fail"})
+    out, error = capsys.readouterr()
+    value = json.loads(out)  # stdout is the summary alone
+    assert (value["run_id"], value["failed"], [c["cycle"] for c in value["not_passed"]]) == ("j", 1, [2])
+    assert "cycle 1/3 mem: PASS" in error  # progress went to stderr
+    run_with(monkeypatch, request_of(tmp_path, 3, run_id="q"), "q", style="quiet", verdicts={2: "fail"})
+    out, error = capsys.readouterr()
+    assert out.splitlines() == ["3 cycles: 2 passed, 1 failed, 0 hung, 0 lab errors",
+                                "  cycle 2 mem/pmwakeup: FAIL in suspend: pmtest_legacy.6 returned -5",
+                                "      ./pmlab timeline q 2 draws its timeline page"]
+    assert not error
