@@ -286,7 +286,7 @@ def run(request, engine=None, style="text", report=True):
     """Run every cycle of `request` and write its run directory (records,
     manifest.json, summary.json). `engine`: a checked engine_for(request).
     style: "text" (progress on stdout), "quiet" (no progress) or "json"
-    (progress on stderr); report: print the end-of-run report (report())
+    (progress on stderr); report: print the end-of-run report (print_report)
     now, else the caller does (./pmlab run, once the dashboard is drawn).
     A request that continues its run (resume) runs its cycles numbered after
     the last one recorded; any other is refused if its run directory holds
