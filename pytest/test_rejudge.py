@@ -88,3 +88,11 @@ def test_judge_refuses_a_directory_that_is_no_run(tmp_path):
     done = pmlab_judge(tmp_path)
     assert done.returncode == 2
     assert f"{tmp_path} is not a run directory: it has no cycles.jsonl" in done.stderr
+
+
+def test_an_interrupted_cycle_is_kept_as_recorded_and_said_so(tmp_path):
+    from lab.modes import parse_mode
+    from lab.records import close_interrupted, new_record
+    closed = close_interrupted(new_record("r", 2, parse_mode("mem"), guest="g"))
+    item = rejudge.rejudge_record(str(tmp_path), closed)
+    assert item.new is None and not item.differs and item.reason.startswith("interrupted")
