@@ -226,11 +226,15 @@ class Progress:
         self.out, self.quiet, self.clock = out, quiet, clock
         self.started = clock()
         self.told = set()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # lines come from two threads: each written whole
 
     def say(self, text):
-        if not self.quiet:
-            print(text, file=self.out or sys.stdout, flush=True)
+        if self.quiet:
+            return
+        with self.lock:
+            out = self.out or sys.stdout
+            out.write(text + "\n")
+            out.flush()
 
     def where(self, number):
         """"cycle 3/18"; a plan not numbered from 1 (a resumed run, a nightly
