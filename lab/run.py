@@ -470,7 +470,9 @@ def report_lines(result, quiet=False, pages=None):
     if not quiet:
         for name, block in summary.get("modes", {}).items():
             seconds = block["host_seconds"]
-            lines.append(f"  {name}: {block['counts']['pass']}/{block['cycles']} passed (whole run), "
+            stopped = block["counts"].get(INTERRUPTED)
+            lines.append(f"  {name}: {block['counts']['pass']}/{block['cycles']} passed (whole run"
+                         f"{f', {stopped} interrupted' if stopped else ''}), "
                          f"{seconds['mean'] if seconds else '-'} s/cycle mean")
         rss = summary.get("harness_rss_kib")
         if rss:
