@@ -9,7 +9,7 @@ processes (a nightly's chunks, a soak's shards, a bisection's steps) come
 in here; build and check-series are the pmlab script's own verbs.
 
 Exit status: the verb's (0 success, 1 a failed cycle or regression, 2 bad
-input or setup); 2 with the usage for an unknown verb.
+input or setup, 130 interrupted); 2 with the usage for an unknown verb.
 """
 
 import argparse
@@ -40,13 +40,32 @@ def run(argv):
     except LabError as error:
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
-    code = lab_run.run(request).code
-    if code == 2 or args.no_dashboard:  # bad input or setup: nothing ran
+    style = lab_run.style_of(args)
+    result = lab_run.run(request, style=style, report=False)
+    code, drawn, pages = result.code, 0, None
+    if code == 2:  # bad input or setup: nothing ran (lab.run said why)
         return code
-    drawn = dashboard(["--results", args.results])
-    print(f"pmlab: dashboard {os.path.join(args.results, 'dashboard.html')} (lab.run exit {code}, "
-          f"dashboard exit {drawn})", file=sys.stderr)
+    if code == 130:
+        print("pmlab: interrupted: dashboard not drawn (./pmlab dashboard draws it)", file=sys.stderr)
+    elif not args.no_dashboard:
+        drawn = dashboard(["--results", args.results])
+        print(f"pmlab: dashboard {os.path.join(args.results, 'dashboard.html')} (lab.run exit {code}, "
+              f"dashboard exit {drawn})", file=sys.stderr)
+        pages = timeline_pages(result)
+    lab_run.print_report(result, style, pages)  # last: the failing cycles with their pages
     return code or (1 if drawn else 0)
+
+
+def timeline_pages(result):
+    """{cycle: path} of the run's timeline pages the dashboard drew
+    (dashboards/timeline.py: RUN_DIR/timelines/cycle-NNNN.html)."""
+    from dashboards import timeline as pages
+    found = {}
+    for record in result.records:
+        path = os.path.join(result.run_dir, pages.DIRECTORY, pages.page_name(record["cycle"]))
+        if os.path.isfile(path):
+            found[record["cycle"]] = path
+    return found
 
 
 # ./pmlab test --fast: what someone changing the host code runs after each
@@ -418,7 +437,11 @@ def main(argv=None):
         problem = f"unknown verb '{argv[0]}'" if argv else "no verb given"
         print(f"pmlab: {problem}\n\n{usage()}", end="", file=sys.stderr)
         return 2
-    code = VERBS[argv[0]](argv[1:])
+    try:
+        code = VERBS[argv[0]](argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (a dashboard being drawn)
+        print("pmlab: interrupted", file=sys.stderr)
+        return 130
     return 0 if code is None else code
 
 

@@ -4,7 +4,8 @@ classify(cycle) -> sorted list of bucket names for one normalised cycle
 (dashboards/inputs.py). A passing cycle usually has none; a cycle can have
 one verdict bucket plus flag buckets:
 
-  verdict buckets (one at most, from verdict / phase / reason):
+  verdict buckets (one at most, from verdict / phase / reason; none for
+  a pass or an interrupted cycle):
     fail-in-<phase>:<device>:<errno>   a callback returned an error (device and
                                        errno, named as lab.trace.errno_text names
                                        it: "EIO (-5)", from the callbacks (lab.records), else
@@ -34,7 +35,7 @@ import functools
 import re
 
 from lab.console import ORDERING
-from lab.records import ERROR, FAIL, HANG, PASS, UNFINISHED
+from lab.records import ERROR, FAIL, HANG, INTERRUPTED, PASS, UNFINISHED
 from lab.trace import errno_text  # the one naming of errnos: "EIO (-5)"
 
 VERDICT_KINDS = (FAIL, "fake-sleep", HANG, UNFINISHED, ERROR)
@@ -91,7 +92,7 @@ def error_class(reason):
 
 def verdict_bucket(cycle):
     verdict = cycle["verdict"]
-    if verdict == PASS:
+    if verdict in (PASS, INTERRUPTED):  # interrupted: the run stopped, no failure of anything
         return None
     if verdict == UNFINISHED:
         return UNFINISHED

@@ -277,7 +277,7 @@ def works_after_resume(cycles, latency_section):
 
 
 def failures(cycles):
-    failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] != records.PASS]
+    failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] not in (records.PASS, records.INTERRUPTED)]
     rows = [dict(occurrence(c), verdict=c["verdict"], expected_verdict=c["expected_verdict"],
                  unfinished=c["unfinished"], phase=c["phase"],
                  reason=c["reason"], buckets=c["buckets"]) for c in failed[-MAX_FAILURES:]]

@@ -366,8 +366,9 @@ def write_cycle(run_dir, record, out_dir=None, dashboard=None):
 
 
 def draws(record):
-    """Cycles drawn without being asked for: those that did not pass."""
-    return records.state_of(record) != records.PASS
+    """Cycles drawn without being asked for: those that did not pass (an
+    interrupted one has nothing to show)."""
+    return records.state_of(record) not in (records.PASS, records.INTERRUPTED)
 
 
 def _stderr(message):

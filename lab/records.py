@@ -29,15 +29,17 @@ restarted writer cannot erase a result) and replaces only another
 An unfinished cycle is one whose last word is its "started" line: the
 harness is still running it, or was killed before it could write the end.
 It is counted as "unfinished" (never as hang, fail or error), is not passed,
-and counts against the pass rate. A pipeline that knows the harness is gone
-(pipelines/nightly, when a chunk's lab.run process has ended) closes it with
-close_interrupted(): verdict error, phase "interrupted".
+and counts against the pass rate. A harness that knows it stops (lab.run on
+Ctrl-C) or a pipeline that knows the harness is gone (pipelines/nightly,
+when a chunk's lab.run process has ended) closes it with
+close_interrupted(): verdict "interrupted", which says nothing of the
+kernel: counted, never judged, never a failure.
 
 The pass rate (pass_rate) is pass / (pass + fail + hang + unfinished) over
 the cycles not made to fail on purpose (expected_verdict other than pass:
-"injected"); "error" (the lab failed, not the kernel) is counted but not
-judged. Its interval is Wilson's score interval at 95 %. Percentiles are
-nearest-rank (nearest_rank()).
+"injected"); "error" (the lab failed, not the kernel) and "interrupted" (the
+run stopped during the cycle) are counted but not judged. Its interval is
+Wilson's score interval at 95 %. Percentiles are nearest-rank (nearest_rank()).
 """
 
 import base64
@@ -58,9 +60,11 @@ import zlib
 from lab import files
 from lab.trace import split_device_id
 
-# A done cycle's verdict. ERROR is the lab's failure, not the kernel's.
-PASS, FAIL, HANG, ERROR = "pass", "fail", "hang", "error"
-VERDICTS = (PASS, FAIL, HANG, ERROR)
+# A done cycle's verdict. ERROR is the lab's failure, not the kernel's;
+# INTERRUPTED: the run stopped during the cycle (Ctrl-C, a killed harness),
+# no verdict on anything.
+PASS, FAIL, HANG, ERROR, INTERRUPTED = "pass", "fail", "hang", "error", "interrupted"
+VERDICTS = (PASS, FAIL, HANG, ERROR, INTERRUPTED)
 UNFINISHED = "unfinished"
 STATES = VERDICTS + (UNFINISHED,)  # what a cycle can end up as; each cycle counts as exactly one
 JUDGED = (PASS, FAIL, HANG, UNFINISHED)  # the pass rate's denominator
@@ -104,21 +108,34 @@ def cycles_path(run_dir):
 KEEP = ("full", "failures")  # --keep: every cycle's full evidence, or only a cycle's that did not pass
 
 
+class RunExists(Exception):
+    """RunDir(new=True) of a directory that holds a run's records already."""
+
+
+def holds_run(run_dir):
+    """Does run_dir hold a run's records (a cycles.jsonl)?"""
+    return os.path.exists(cycles_path(run_dir))
+
+
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
-    def __init__(self, results_root, name, keep="full", link_latest=True, run_id=None):
+    def __init__(self, results_root, name, keep="full", link_latest=True, run_id=None, new=False):
         """name: the directory under results_root; run_id: the records' run
         id, if not the name (a nightly shard's directory is <run-id>-shardIofN);
         keep: which cycles keep their full report (lab.judge.keep_evidence);
         link_latest=False: an existing run gets side files added later
-        (./pmlab sleepgraph); `latest` keeps pointing at the newest run."""
+        (./pmlab sleepgraph); `latest` keeps pointing at the newest run;
+        new=True: a new run, RunExists if the directory holds records
+        (a reused run id must not write into another run)."""
         if keep not in KEEP:
             raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
         self.name = name
         self.run_id = run_id or name
         self.keep = keep  # which cycles keep their full report and console lines (lab.judge.keep_evidence)
         self.path = os.path.join(results_root, name)
+        if new and holds_run(self.path):
+            raise RunExists(f"run {self.run_id} exists already: {self.path} holds its records")
         os.makedirs(os.path.join(self.path, "console"), exist_ok=True)
         self.cycles_path = cycles_path(self.path)
         self.reader = RunReader(self.cycles_path)  # also tells the writer what shared.jsonl holds
@@ -135,6 +152,10 @@ class RunDir:
 
     def file(self, *parts):
         return os.path.join(self.path, *parts)
+
+    def last_cycle(self):
+        """The highest cycle number recorded in the run (0: none)."""
+        return last_cycle(self.reader.read())
 
     def append(self, record, shared=None):
         """Append one record (append_records); shared: values it refers to
@@ -493,9 +514,9 @@ class RunRecord(dict):
 
 
 def close_interrupted(record, when=None):
-    """A cycle with only its "started" line whose harness is known to be gone,
-    closed as the lab's error (verdict error, phase "interrupted")."""
-    closed = mark_done(dict(record), verdict=ERROR, phase="interrupted",
+    """A cycle with only its "started" line whose harness stopped or is known
+    to be gone, closed as interrupted (verdict and phase "interrupted")."""
+    closed = mark_done(dict(record), verdict=INTERRUPTED, phase="interrupted",
                        reason="interrupted: the run stopped before this cycle finished")
     if when is not None:
         closed.setdefault("host_end", iso(when))
@@ -725,6 +746,11 @@ def did_as_expected(record):
     return state_of(record) == (record.get("expected_verdict") or PASS)
 
 
+def last_cycle(records):
+    """The highest cycle number among records (0: none): a run continues after it."""
+    return max((record["cycle"] for record in records), default=0)
+
+
 def rerun_origin(record):
     """The planned cycle a record stands for: its own number, or for a
     rerun of a cycle the lab failed (lab.session.Session.cycles) that one's."""
@@ -734,10 +760,12 @@ def rerun_origin(record):
 def not_as_expected(records):
     """The records a run is judged by: those that did not do as expected,
     less a lab error whose planned cycle a rerun then got to do as expected
-    (the error is still counted, as the lab's, by verdict_counts)."""
+    (the error is still counted, as the lab's, by verdict_counts), and less
+    the interrupted cycles (no failure: the run stopped)."""
     settled = {rerun_origin(r) for r in records if did_as_expected(r)}
     return [r for r in records
-            if not did_as_expected(r) and not (state_of(r) == ERROR and rerun_origin(r) in settled)]
+            if not did_as_expected(r) and state_of(r) != INTERRUPTED
+            and not (state_of(r) == ERROR and rerun_origin(r) in settled)]
 
 
 def verdict_counts(records):
@@ -759,8 +787,8 @@ def wilson(successes, trials, z=Z95):
     return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
-PASS_RATE_DEFINITION = ("pass / (pass + fail + hang + unfinished); lab errors and cycles failed on "
-                        "purpose (injected) are counted but not judged; ci95: Wilson score interval")
+PASS_RATE_DEFINITION = ("pass / (pass + fail + hang + unfinished); lab errors, interrupted cycles and cycles "
+                        "failed on purpose (injected) are counted but not judged; ci95: Wilson score interval")
 
 
 def pass_rate(records):
@@ -824,7 +852,7 @@ def summarize(records):
     summary["failed_cycles"] = [
         {"cycle": r["cycle"], "mode": r.get("mode"), "verdict": state_of(r),
          "phase": r.get("phase"), "reason": r.get("reason")}
-        for r in records if not did_as_expected(r)]
+        for r in records if not did_as_expected(r) and state_of(r) != INTERRUPTED]
     summary["expected_non_pass"] = [
         {"cycle": r["cycle"], "verdict": r["verdict"], "phase": r.get("phase")}
         for r in records if injected(r) and did_as_expected(r)]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from lab import devices, modes
 from lab.judge import judge_with_order
-from lab.records import UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
+from lab.records import INTERRUPTED, UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
 from lab.errors import LabError
 
 
@@ -52,6 +52,8 @@ def rejudge_record(run_dir, record):
     label = f"{record.get('mode')}/{record.get('wake')}"
     if not is_done(record):
         return Rejudged(record["cycle"], label, (UNFINISHED, None), None, "only its 'started' line")
+    if record.get("verdict") == INTERRUPTED:
+        return Rejudged(record["cycle"], label, old, None, "interrupted: the run stopped during it")
     if not record.get("report"):
         if "evidence_lines" in record:  # lab.judge.keep_evidence under --keep failures
             return Rejudged(record["cycle"], label, old, None, "passed; its report was not kept (--keep failures)")

@@ -147,6 +147,9 @@ class RunRequest:
     engine: str = "libvirt"
     lava: Lava = Lava()
     manifest: bool = True       # write manifest.json (a nightly writes its run's own)
+    # continue the run in run_dir (./pmlab run --resume, a nightly's chunks);
+    # without it lab.run refuses a run directory that holds records
+    resume: bool = False
 
     @property
     def directory(self):
@@ -171,6 +174,19 @@ class RunRequest:
         if self.engine not in ENGINES:
             raise LabError(f"unknown engine '{self.engine}' (engines: {', '.join(ENGINES)})")
         return self
+
+    def continued_after(self, last):
+        """This request continuing a run whose highest recorded cycle is
+        `last`: if a planned number is not above it (./pmlab run --resume
+        plans 1, 2, ...), the plan numbered on after it, in order, each
+        cycle keeping its knobs; a plan already after it (a nightly chunk)
+        as it is. A recorded cycle is never run again under its number."""
+        numbers = [cycle.number for cycle in self.cycles]
+        if not numbers or min(numbers) > last:
+            return self
+        shift = last + 1 - min(numbers)
+        return self.replace(cycles=tuple(dataclasses.replace(cycle, number=cycle.number + shift)
+                                         for cycle in self.cycles))
 
     # ------------------------------------------------------------ the one encoder and parser
 
@@ -275,7 +291,7 @@ def from_args(args, artifacts, run_id, plan=None, numbers=None, **fields):
 def template_from(args, artifacts, run_id, **fields):
     """A request without cycles: the settings every chunk of a long run
     shares (pipelines/nightly plans the cycles chunk by chunk)."""
-    for name in ("keep", "lab_reruns", "sleepgraph"):
+    for name in ("keep", "lab_reruns", "sleepgraph", "resume"):
         if getattr(args, name, None) is not None:
             fields[name] = getattr(args, name)
     if getattr(args, "engine", None):

@@ -24,7 +24,7 @@ class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
                  connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True,
-                 device_set="lean", guest_stem=None):
+                 device_set="lean", guest_stem=None, progress=None):
         if profile not in virt.PROFILES:
             raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -54,6 +54,10 @@ class Session:
         self.boot_seconds = []
         self.cycles_run = 0
         self._planned = {}  # cycle number -> its plan item, until cycles() hands out its record
+        # told as it happens (lab.run.Progress): booting(guest name), booted(guest name,
+        # seconds) and recorded(final record), the latter from the judging thread
+        # as soon as a cycle's record is written, before cycles() hands it out
+        self.progress = progress
 
     def _new_guest(self):
         if self.guests_booted == 0:
@@ -67,12 +71,16 @@ class Session:
                       self.rundir.file("console", f"{name}.log"), self.profile,
                       self.cmdline_extra, self.memory_mib, self.vcpus, self.firmware_errata, self.device_set)
         started = time.monotonic()
+        if self.progress:
+            self.progress.booting(name)
         try:
             guest.boot(self.watchdogs.boot)
-        except Exception:
+        except BaseException:  # Ctrl-C too: the half-booted guest is no one's to close later
             guest.close()
             raise
         self.boot_seconds.append(round(time.monotonic() - started, 2))
+        if self.progress:
+            self.progress.booted(name, self.boot_seconds[-1])
         return guest
 
     def _meta(self):
@@ -146,10 +154,17 @@ class Session:
                 previous, pending = pending, None
                 if not isinstance(driven, dict):  # submitted before the previous record is handed out
                     pending = judge.submit(driven.finish, self.sleepgraph_files)
+                    if self.progress:
+                        pending.add_done_callback(self._tell_recorded)
                 if previous is not None:
                     yield self._settled(previous.result(), again, reruns)
                 if isinstance(driven, dict):  # no guest to drive it on: final already
                     yield self._settled(driven, again, reruns)
+
+    def _tell_recorded(self, future):
+        """A judging ended: tell progress its record (written) at once."""
+        if not future.cancelled() and future.exception() is None:
+            self.progress.recorded(future.result())
 
     def _settled(self, record, again, reruns):
         """A final record of cycles(): queue its rerun if the lab failed it."""

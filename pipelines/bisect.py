@@ -32,7 +32,7 @@ with this script's --step:
           failed cycle -> bad.
   --check-cmd: run this shell command in the commit's checkout instead
           (exit 0 good, 125 skip, 1..127 bad).
-A setup error (lab.run exit 2) aborts the bisection (exit 128).
+A setup error (lab.run exit 2) or Ctrl-C (130) aborts the bisection (exit 128).
 The first bad commit's subject names the patch; printed as
 "first bad patch: NNNN-name.patch" (exit 0), exit 1 if bisect found none,
 2 on bad input.
@@ -167,7 +167,7 @@ def step(args):
     request = request_mod.RunRequest.read(args.request).replace(run_id=f"bisect-{label}-{int(time.time())}")
     code = lab_run.run(request).code
     log(PROG, f"step: smoke exit {code} ({time.monotonic() - started:.1f} s)")
-    if code == 2:
+    if code in (2, 130):  # bad setup, or Ctrl-C: says nothing of this commit
         return ABORT
     return 0 if code == 0 else 1
 

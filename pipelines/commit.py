@@ -50,7 +50,7 @@ from pipelines import junit as junit_mod  # noqa: E402
 from dashboards import compute, render  # noqa: E402
 from lab import run as lab_run  # noqa: E402
 from lab.errors import LabError  # noqa: E402
-from lab.records import cycles_path  # noqa: E402
+from lab.records import cycles_path, holds_run  # noqa: E402
 from pipelines.common import (PYTHON, REPO, Stages, log,  # noqa: E402
                               read_json, read_records, run, stamp, write_json, write_run_manifest)
 
@@ -203,6 +203,10 @@ def main(argv=None):
                    for arg in (f"--{name}", getattr(args, name))]
     run_id = args.run_id or f"commit-{stamp()}-{os.getpid()}"
     run_dir = os.path.join(args.results, run_id)
+    if holds_run(run_dir):  # its records, marker and manifest are another run's
+        print(f"commit: run {run_id} exists already ({run_dir} holds its records): give another --run-id",
+              file=sys.stderr)
+        return 2
     os.makedirs(run_dir, exist_ok=True)
     artifacts = kernel.artifacts
     marker = {"pipeline": "commit", "run_id": run_id, "started": stamp(), "started_epoch": time.time(),

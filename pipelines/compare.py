@@ -37,7 +37,7 @@ def local_buckets(record):
     if record.get("status") != "done":
         return ["unfinished"]
     verdict = record.get("verdict")
-    if verdict == records_module.PASS:
+    if verdict in (records_module.PASS, records_module.INTERRUPTED):
         return []
     return [f"{verdict}-in-{_phase_token(record.get('phase'))}"]
 

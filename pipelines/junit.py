@@ -16,18 +16,20 @@ import xml.etree.ElementTree as ET
 
 
 from lab import files  # noqa: E402
-from lab.records import ERROR, PASS, did_as_expected, is_done  # noqa: E402
+from lab.records import ERROR, INTERRUPTED, PASS, did_as_expected, is_done  # noqa: E402
 
 MAX_OUT = 20000
 
 
 def _outcome(record):
-    """(JUnit kind: "pass", "failure" or "error"; its type; its message)."""
+    """(JUnit kind: "pass", "failure", "error" or "skipped"; its type; its message)."""
     if not is_done(record):
         return "error", "unfinished", "only the \"started\" line: the cycle never finished"
     if did_as_expected(record):  # passed, or a cycle made to fail on purpose that did
         return "pass", None, None
     verdict = record.get("verdict")
+    if verdict == INTERRUPTED:  # the run stopped during it: no result either way
+        return "skipped", "interrupted", record.get("reason") or "interrupted"
     if verdict == PASS:  # ... or one that should have failed and did not
         expected = record.get("expected_verdict")
         message = f"expected verdict {expected} (provoked on purpose), got pass"
@@ -45,20 +47,22 @@ def testcase_name(record):
 def build(records, run_id):
     """An ElementTree <testsuites> for the records (final record per cycle)."""
     root = ET.Element("testsuites", name=f"pmlab {run_id}")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "time": 0.0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
     suites = {}
     for record in sorted(records, key=lambda r: r["cycle"]):
         mode = record["mode"]
         if mode not in suites:
             suites[mode] = (ET.SubElement(root, "testsuite", name=f"pmlab.{mode}"),
-                            {"tests": 0, "failures": 0, "errors": 0, "time": 0.0})
+                            {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0})
         suite, counts = suites[mode]
         seconds = record.get("host_seconds")
         seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
         case = ET.SubElement(suite, "testcase", classname=f"pmlab.{run_id}.{mode}",
                              name=testcase_name(record), time=f"{seconds:.3f}")
         kind, type_, message = _outcome(record)
-        if kind != "pass":
+        if kind == "skipped":
+            ET.SubElement(case, "skipped", message=message[:500])
+        elif kind != "pass":
             element = ET.SubElement(case, "failure" if kind == "failure" else "error",
                                     type=type_, message=message[:500])
             element.text = message
@@ -71,11 +75,12 @@ def build(records, run_id):
             bucket["time"] += seconds
             bucket["failures"] += kind == "failure"
             bucket["errors"] += kind == "error"
+            bucket["skipped"] += kind == "skipped"
     for suite, counts in suites.values():
-        for key in ("tests", "failures", "errors"):
+        for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
         suite.set("time", f"{counts['time']:.3f}")
-    for key in ("tests", "failures", "errors"):
+    for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(totals[key]))
     root.set("time", f"{totals['time']:.3f}")
     return ET.ElementTree(root)

@@ -16,7 +16,7 @@ in a process of its own (`lab.run --request <run dir>/chunk-request.json`:
 a crash of the harness costs one chunk, and the next starts with fresh
 memory), writing straight into the run's directory. The run's cycles.jsonl
 is the state: a cycle with only its "started" line after its lab.run ended
-is closed as error "interrupted", cycles lab.run never reached are queued
+is closed as "interrupted", cycles lab.run never reached are queued
 again, and a rerun continues after the highest cycle number recorded there.
 A soak (pipelines/soak.py) starts each shard as `nightly --request FILE`,
 a NightlyRequest written by the same encoder this module reads.
@@ -80,7 +80,8 @@ class NightlyRequest:
         rotation = list(self.modes or plan_mod.DEFAULT_MODES)
         cycles = tuple(request_mod.Cycle(n, modes_mod.mode_of(plan_mod.mode_of(n, rotation)), tuple(knobs.get(n, ())))
                        for n in numbers)
-        return self.template.replace(cycles=cycles).check()
+        # resume: each chunk adds its cycles to the run directory the earlier ones wrote
+        return self.template.replace(cycles=cycles, resume=True).check()
 
     def to_json(self):
         value = dataclasses.asdict(self)
@@ -199,7 +200,7 @@ def settle_chunk(rundir, numbers, now=None):
 
 class Child:
     """lab.run as a child; SIGINT/SIGTERM to us stop it cleanly (it records
-    the cycle in flight as unfinished) and stop the soak."""
+    the cycle in flight as interrupted) and stop the soak."""
 
     def __init__(self):
         self.process = None

@@ -46,7 +46,7 @@ from pipelines import nightly  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import PYTHON, REPO, hms, log, read_json, stamp, write_json  # noqa: E402
 from lab import bench  # noqa: E402
-from lab.records import PASS, cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
+from lab.records import INTERRUPTED, PASS, cycles_path, is_done, nearest_rank, pass_rate, read_cycles, state_of  # noqa: E402
 
 PROG = "soak"
 
@@ -238,11 +238,13 @@ def numbers(records, shards_records):
         }
     rate = pass_rate(records)
     out["success_rate"], out["success_rate_95"] = rate["rate"], rate["ci95"]
-    out["all_passed"] = bool(records) and all(state_of(r) == PASS for r in records)
+    # an interrupted cycle (the soak was stopped during it) is no failure
+    settled = [r for r in records if state_of(r) != INTERRUPTED]
+    out["all_passed"] = bool(settled) and all(state_of(r) == PASS for r in settled)
     out["failed"] = [{"cycle": r["cycle"], "mode": r.get("mode"), "verdict": state_of(r),
                       "phase": r.get("phase"),
                       "reason": r.get("reason") if is_done(r) else "no record yet: running or interrupted"}
-                     for r in records if state_of(r) != PASS]
+                     for r in settled if state_of(r) != PASS]
     starts = [_epoch(r["host_start"]) for r in records if r.get("host_start")]
     ends = [_epoch(r["host_end"]) for r in records if r.get("host_end")]
     if starts and ends:

@@ -144,7 +144,7 @@ def test_unfinished_cycle_counts_once_and_errors_are_not_judged(recorded, tmp_pa
                      reason="pmlab-cycle exited with 137: Killed")
     board = dashboard_of(single_run(tmp_path, [started_only, lab_error, by_cycle(recorded, 100)]))
     mem = board["success"]["modes"]["mem"]
-    assert mem["counts"] == {"pass": 1, "fail": 0, "hang": 0, "error": 1, "unfinished": 1}
+    assert mem["counts"] == {"pass": 1, "fail": 0, "hang": 0, "error": 1, "interrupted": 0, "unfinished": 1}
     assert mem["judged"] == 2 and mem["rate"] == 0.5
     names = {b["bucket"] for b in board["buckets"]}
     assert names == {"unfinished", "error:pmlab-cycle exited with N"}
@@ -901,7 +901,7 @@ def test_injected_failures_are_counted_not_judged(recorded, tmp_path):
                dict(by_cycle(recorded, 200), expected_verdict="hang"), by_cycle(recorded, 10)]
     board = dashboard_of(single_run(tmp_path, records))
     mem = board["success"]["modes"]["mem"]
-    assert mem["counts"] == {"pass": 1, "fail": 2, "hang": 1, "error": 0, "unfinished": 0}
+    assert mem["counts"] == {"pass": 1, "fail": 2, "hang": 1, "error": 0, "interrupted": 0, "unfinished": 0}
     assert (mem["injected"], mem["judged"], mem["rate"]) == (2, 2, 0.5)
     assert mem["ci95"] == compute.wilson(1, 2)
     found = {b["bucket"]: (b["count"], b["expected"]) for b in board["buckets"]}

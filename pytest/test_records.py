@@ -107,7 +107,7 @@ def test_unfinished_cycle_counts_as_unfinished_only(tmp_path):
     records = read_cycles(_lines(tmp_path, record(1), record(2, "started")))
     assert [state_of(r) for r in records] == ["pass", "unfinished"]
     counts = verdict_counts(records)
-    assert counts == {"pass": 1, "fail": 0, "hang": 0, "error": 0, "unfinished": 1}
+    assert counts == {"pass": 1, "fail": 0, "hang": 0, "error": 0, "interrupted": 0, "unfinished": 1}
     assert sum(counts.values()) == len(records)
     rate = pass_rate(records)
     assert (rate["passed"], rate["judged"], rate["rate"]) == (1, 2, 0.5)
@@ -168,11 +168,13 @@ def test_the_writer_appends_whole_lines_and_write_cycles_replaces(tmp_path):
     assert os.listdir(tmp_path) == ["cycles.jsonl"]
 
 
-def test_interrupted_closes_as_error_and_pass_rate_ignores_errors():
+def test_interrupted_closes_as_interrupted_and_pass_rate_leaves_it_out():
     closed = close_interrupted(record(4, "started"), 1796300000.0)
-    assert (state_of(closed), closed["phase"]) == ("error", "interrupted") and closed["host_end"]
+    assert (state_of(closed), closed["phase"]) == ("interrupted", "interrupted") and closed["host_end"]
     rate = pass_rate([record(1), closed])
     assert (rate["judged"], rate["rate"]) == (1, 1.0)
+    # as it stood before it was closed, the same cycle was counted against the rate
+    assert pass_rate([record(1), record(4, "started")])["judged"] == 2
 
 
 def test_every_record_built_carries_its_version_and_identity_first():

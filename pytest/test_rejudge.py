@@ -130,3 +130,11 @@ def test_judge_names_every_damaged_line_and_goes_on_with_lenient(run_dir):
 def test_judge_of_an_intact_run_names_no_damage(run_dir):
     done = pmlab_judge(run_dir)
     assert done.returncode == 0 and "damaged" not in done.stderr + done.stdout
+
+
+def test_an_interrupted_cycle_is_kept_as_recorded_and_said_so(tmp_path):
+    from lab.modes import parse_mode
+    from lab.records import close_interrupted, new_record
+    closed = close_interrupted(new_record("r", 2, parse_mode("mem"), guest="g"))
+    item = rejudge.rejudge_record(str(tmp_path), closed)
+    assert item.new is None and not item.differs and item.reason.startswith("interrupted")

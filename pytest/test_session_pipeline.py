@@ -158,3 +158,32 @@ def test_no_reruns_and_injected_cycles_are_never_rerun(monkeypatch):
     session, _, _ = pipeline(monkeypatch, verdicts={3: "error"})
     records = list(session.cycles(iter(plan), reruns=2))
     assert [r["cycle"] for r in records] == [1, 2, 3]  # 3 was made to fail on purpose: not the lab's to retry
+
+
+class Told:
+    """A lab.run.Progress stand-in: what the session tells, in the log."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def booting(self, name):
+        self.log.append(("booting", name))
+
+    def booted(self, name, seconds):
+        self.log.append(("booted", name))
+
+    def recorded(self, record):
+        self.log.append(("told", record["cycle"], threading.current_thread().name))
+
+
+def test_each_record_is_told_as_soon_as_it_is_written_not_after_the_next_cycle(monkeypatch):
+    """lab.run prints a cycle's line when its judging ends, while the next
+    cycle runs (cycles() itself hands it out only after that drive)."""
+    session, log, _ = pipeline(monkeypatch, judge_seconds=0.02, drive_seconds=0.2)
+    session.progress = Told(log)
+    records = list(session.cycles((MEM, n, (), "pass") for n in range(1, 4)))
+    assert [r["cycle"] for r in records] == [1, 2, 3]
+    for number in (1, 2):
+        assert log.index(("recorded", number)) < log.index(("told", number, "judge_0")) \
+            < log.index(("drive-end", number + 1))
+    assert ("told", 3, "judge_0") in log

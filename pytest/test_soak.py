@@ -37,6 +37,13 @@ def _record(cycle, mode="mem", verdict="pass", start=0.0, seconds=2.0, pid=100, 
                                                               "ended-judged": 0.1}}
 
 
+def test_a_cycle_interrupted_by_stopping_the_soak_is_no_failure():
+    records = [_record(1), _record(2, verdict="interrupted"), _record(3)]
+    result = soak.numbers(records, [records])
+    assert result["all_passed"] and result["failed"] == [] and result["success_rate"] == 1.0
+    assert result["modes"]["mem"]["verdicts"] == {"pass": 2, "interrupted": 1}
+
+
 def test_numbers_rates_walls_and_rss_per_process():
     shard1 = [_record(1, start=0, pid=1, rss=40000), _record(3, start=3, pid=1, rss=41000),
               _record(5, mode="disk", start=6, seconds=14, pid=1, rss=41500)]

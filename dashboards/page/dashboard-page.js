@@ -219,6 +219,7 @@
       ['hang', function (r) { return r.b.counts.hang; }, 'num'],
       ['unfinished', function (r) { return r.b.counts.unfinished; }, 'num'],
       ['lab error', function (r) { return r.b.counts.error; }, 'num'],
+      ['interrupted', function (r) { return r.b.counts.interrupted || 0; }, 'num'],
       ['injected', function (r) { return r.b.injected; }, 'num'],
       ['success rate', function (r) { return pct(r.b.rate); }, 'num'],
       ['95 % interval', function (r) { return r.b.ci95 ? pct(r.b.ci95[0]) + ' \u2013 ' + pct(r.b.ci95[1]) : '\u2013'; }, 'num']
