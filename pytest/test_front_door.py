@@ -1,0 +1,87 @@
+"""The front door (./pmlab, cli/main.py): every option checked before the
+install and build step, run --build, --version, every verb's --help."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from cli import main as cli
+from conftest import REPO
+
+
+def pmlab_as_user(tmp_path, *args, timeout=60):
+    """./pmlab as uid 1000 (an id(1) that says so): the root check refuses
+    the install and build step, so no test here can ever start a build."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")
+    (bin_dir / "id").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    started = time.monotonic()
+    done = subprocess.run([os.path.join(REPO, "pmlab"), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    done.seconds = time.monotonic() - started
+    return done
+
+
+# ------------------------------------------------------------------ options before builds
+
+@pytest.mark.parametrize("args, named", [
+    (["--mode", "bogus"], "unknown mode 'bogus'"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--inject", "x"], "bad --inject"),
+    (["--build", "sometimes"], "argument --build: invalid choice: 'sometimes'"),
+    (["--kernel", "/nonexistent"], "/nonexistent does not exist"),
+])
+def test_run_names_a_bad_option_before_the_root_check_and_any_build(tmp_path, args, named):
+    done = pmlab_as_user(tmp_path, "run", *args, "--results", str(tmp_path / "results"))
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr
+    assert "run as root" not in done.stderr and "== pmlab:" not in done.stderr
+    assert done.seconds < 5
+    assert not (tmp_path / "results").exists()
+
+
+def test_run_with_good_options_goes_on_to_the_install_step(tmp_path):
+    """Artifacts not built yet are no bad option (only the build makes
+    them): the check passes, and the install step's root check follows."""
+    done = pmlab_as_user(tmp_path, "run", "--mode", "mem*2", "--artifacts", str(tmp_path / "not-built"),
+                         "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "run as root" in done.stderr, done.stderr
+
+
+def test_run_build_never_installs_and_builds_nothing(tmp_path):
+    """--build never: straight to the run, on what is built (here nothing:
+    the run names the missing artifacts)."""
+    done = pmlab_as_user(tmp_path, "run", "--build", "never", "--mode", "mem", "--artifacts",
+                         str(tmp_path / "not-built"), "--results", str(tmp_path / "results"))
+    assert done.returncode == 2, done.stderr
+    assert "missing kernel artifacts" in done.stderr
+    assert "run as root" not in done.stderr and "== pmlab:" not in done.stderr
+
+
+def test_check_only_checks_without_running(tmp_path):
+    ok = cli.main(["run", "--check-only", "--mode", "mem*3", "--artifacts", str(tmp_path / "none"),
+                   "--results", str(tmp_path / "results")])
+    assert ok == 0 and not (tmp_path / "results").exists()
+    assert cli.main(["run", "--check-only", "--mode", "mem=3"]) == 2
+
+
+@pytest.mark.parametrize("verb", ["test", "build"])
+def test_a_bad_kernel_is_named_before_the_root_check_and_any_build(tmp_path, verb):
+    done = pmlab_as_user(tmp_path, verb, "--kernel", "/nonexistent")
+    assert done.returncode == 2, done.stderr
+    assert "/nonexistent does not exist" in done.stderr
+    assert "run as root" not in done.stderr and "== pmlab:" not in done.stderr
+
+
+# ------------------------------------------------------------------ --version and --help
+
+def test_version_is_the_checkouts_commit(tmp_path):
+    done = pmlab_as_user(tmp_path, "--version")
+    assert done.returncode == 0, done.stderr
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    assert done.stdout.startswith("pmlab ") and commit[:7] in done.stdout
