@@ -73,6 +73,7 @@ import urllib.request
 
 import yaml
 
+from lab import artifacts as artifacts_mod
 from lab import console, guest_report
 from lab.cycle import cycle_arguments
 from lab.judge import FRESH_BOOT, judge_with_order, keep_evidence
@@ -846,6 +847,8 @@ class LavaEngine:
                     request.guest.firmware_errata, request.guest.pmtest_tree)
         if lava.artifacts_url:
             check_url(lava.artifacts_url)
+        # Held until close(): the jobs fetch them over HTTP meanwhile.
+        self.artifacts_hold = artifacts_mod.hold(request.artifacts)
         check_artifacts(request.artifacts)
         self.server_uri = identity_uri(lava.identity)
         try:  # a server down from the start is bad setup, not a restart to wait out
@@ -896,6 +899,9 @@ class LavaEngine:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.artifacts_hold:
+            self.artifacts_hold.close()
+            self.artifacts_hold = None
 
     def summary(self):
         return {"engine": "lava", "lava_server": self.server_uri, "lava_jobs": self.submitted,
