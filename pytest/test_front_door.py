@@ -85,3 +85,25 @@ def test_version_is_the_checkouts_commit(tmp_path):
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     assert done.stdout.startswith("pmlab ") and commit[:7] in done.stdout
+
+
+@pytest.mark.parametrize("verb", list(cli.VERBS) + list(cli.SHELL_VERBS))
+def test_every_verb_prints_its_usage_and_exits_0(tmp_path, verb):
+    done = pmlab_as_user(tmp_path, verb, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: pmlab {verb}")
+    assert "== pmlab:" not in done.stderr and "run as root" not in done.stderr
+
+
+@pytest.mark.parametrize("verb, script", [("check-series", "kernel/check-series"),
+                                          ("baseline-compare", "pipelines/baseline-compare")])
+def test_a_scripts_help_is_its_whole_header_comment(tmp_path, verb, script):
+    with open(os.path.join(REPO, script)) as source:
+        lines = source.read().splitlines()[1:]
+    header = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        header.append(line[2:] if line.startswith("# ") else line[1:])
+    done = pmlab_as_user(tmp_path, verb, "--help")
+    assert done.stdout.splitlines()[1:] == header
