@@ -60,7 +60,7 @@ def render(dashboard_path, chartjs=CHARTJS, html_name="dashboard.html", timeline
             f'<script type="application/json" id="timeline-links">{embed(links(timelines or {}, out_dir))}</script>')
     page = template.replace(PLACEHOLDER, data)
     if not os.path.isfile(chartjs):
-        raise FileNotFoundError(f"{chartjs} not found: install libjs-chart.js (lab/install-deps)")
+        raise FileNotFoundError(f"{chartjs} not found: apt-get install libjs-chart.js (./pmlab build installs it)")
     shutil.copyfile(chartjs, os.path.join(out_dir, "chart.min.js"))
     for name in ASSETS:
         shutil.copyfile(os.path.join(PAGE, name), os.path.join(out_dir, name))

@@ -53,7 +53,7 @@ class Artifacts:
             return self.initrd
         if not self.devices_initrd:
             raise LabError(f"--devices {device_set} needs {os.path.join(self.directory, DEVICES_INITRD)} "
-                           "(lab/build-initramfs writes it from the kernel's driver modules)")
+                           f"({build_command(self.directory)} writes it from the kernel's driver modules)")
         combined = os.path.join(self.directory, "initramfs+devices.cpio.gz")
         newest = max(os.path.getmtime(self.initrd), os.path.getmtime(self.devices_initrd))
         if not os.path.isfile(combined) or os.path.getmtime(combined) < newest:
@@ -67,15 +67,24 @@ class Artifacts:
         return combined
 
 
+def build_command(directory):
+    """The command a user types to build the artifacts of `directory`."""
+    real = os.path.realpath(directory)
+    if real == os.path.realpath(BASELINE_DIR):
+        return "./pmlab build --baseline"
+    if real == os.path.realpath(DEFAULT_DIR):
+        return "./pmlab build"
+    kernels = os.path.realpath(os.path.join(REPO, "build", "kernels"))
+    if real.startswith(kernels + os.sep):
+        return "./pmlab build with the --kernel/--series/--config given here"
+    return f"kernel/build, then lab/build-initramfs {directory}"
+
+
 def find(directory=DEFAULT_DIR):
     """Artifacts in `directory` (build/out or build/baseline/out); LabError
     naming what is missing and the command that makes it."""
     directory = os.path.abspath(directory)
-    baseline = os.path.realpath(directory) == os.path.realpath(BASELINE_DIR)
-    build_kernel = "kernel/build --baseline" if baseline else "kernel/build"
-    build_initrd = ("lab/build-initramfs --baseline" if baseline
-                    else "lab/build-initramfs" if os.path.realpath(directory) == os.path.realpath(DEFAULT_DIR)
-                    else f"lab/build-initramfs {directory}")
+    build_kernel = build_initrd = build_command(directory)
     kernel = os.path.join(directory, "bzImage")
     initrd = os.path.join(directory, "initramfs.cpio.gz")
     missing = []

@@ -92,7 +92,7 @@ def pin_artifacts(source, run_path):
     try:
         artifacts_mod.copy(source, temporary)
     except LabError as error:
-        raise SoakError(f"{error} (run kernel/build and lab/build-initramfs first)") from None
+        raise SoakError(f"{error} (./pmlab build first)") from None
     os.replace(temporary, target)
     return target
 

@@ -107,3 +107,41 @@ def test_a_scripts_help_is_its_whole_header_comment(tmp_path, verb, script):
         header.append(line[2:] if line.startswith("# ") else line[1:])
     done = pmlab_as_user(tmp_path, verb, "--help")
     assert done.stdout.splitlines()[1:] == header
+
+
+# ------------------------------------------------------------------ hints name ./pmlab verbs
+
+def test_missing_artifacts_name_the_command_a_user_types(tmp_path, monkeypatch):
+    from lab import artifacts
+    from lab.errors import LabError
+    monkeypatch.setattr(artifacts, "DEFAULT_DIR", str(tmp_path / "out"))
+    monkeypatch.setattr(artifacts, "BASELINE_DIR", str(tmp_path / "baseline"))
+    for directory, command in (("out", "(build it with ./pmlab build)"),
+                               ("baseline", "(build it with ./pmlab build --baseline)")):
+        with pytest.raises(LabError) as refused:
+            artifacts.find(str(tmp_path / directory))
+        assert command in str(refused.value) and "kernel/build" not in str(refused.value)
+
+
+INTERNAL = ("pipelines/lava/lab-up", "pipelines/lava/install", "lab/install-deps", "run kernel/build",
+            "(kernel/build)", "rebuild it (lab/build-initramfs")
+# not hints: what a verb runs (lava up's help), a step of the script that failed
+SAYS_WHAT_RUNS = ('help="bring the lab up (pipelines/lava/lab-up)"', 'die "pipelines/lava/install --server failed"')
+
+
+def test_hints_and_errors_name_pmlab_verbs_not_internal_scripts():
+    """Every error, hint and option help of the host code names the ./pmlab
+    verb (build, lava up), not the script behind it."""
+    tracked = subprocess.run(["git", "ls-files", "lab", "pipelines", "dashboards", "cli", "kernel", "guest"],
+                             cwd=REPO, capture_output=True, text=True).stdout.split()
+    found = []
+    for path in tracked:
+        if path.endswith((".md", ".c", ".h", ".asl", ".jinja2", ".config")) or "/patches/" in path:
+            continue
+        with open(os.path.join(REPO, path), errors="replace") as source:
+            for number, line in enumerate(source, 1):
+                said = any(word in line for word in ("Error(", "die ", "echo ", "help=", "print(", "f\"", "\"("))
+                if said and not line.lstrip().startswith("#") and any(name in line for name in INTERNAL) \
+                        and not any(text in line for text in SAYS_WHAT_RUNS):
+                    found.append(f"{path}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
