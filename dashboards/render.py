@@ -85,3 +85,8 @@ def main(argv=None):
     path = render(args.dashboard, args.chartjs, timelines=timelines)
     print(f"dashboard page: {path}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":  # ./pmlab dashboard is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("dashboards.render", "dashboard"))

@@ -256,3 +256,8 @@ def main(argv=None):
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
     return run(request).code
+
+
+if __name__ == "__main__":  # ./pmlab run is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("lab.run", "run"))

@@ -407,3 +407,8 @@ def main(argv=None):
     if any(code == 2 for code in codes):
         return 2
     return 0 if result["all_passed"] else 1
+
+
+if __name__ == "__main__":  # ./pmlab soak is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.soak", "soak"))

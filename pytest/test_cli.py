@@ -67,6 +67,8 @@ def test_the_project_has_one_door():
                 and path not in ("pipelines/baseline-compare", "lab/build-initramfs", "lab/install-deps")]
     mains = subprocess.run(["git", "grep", "-lE", "__name__ == ['\"]__main__['\"]", "--", "lab", "pipelines",
                             "dashboards"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    # those that only say which verb to type instead (lab/entry_points.py) are no door
+    mains = [m for m in mains if "entry_points import redirect" not in open(os.path.join(REPO, m)).read()]
     assert sorted(m for m in mains if "/lava/" not in m) == [
         "dashboards/bench_compute.py", "dashboards/manifest.py", "lab/artifacts.py", "lab/kernels.py",
         "pipelines/baseline_compare.py"]

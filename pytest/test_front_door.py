@@ -3,6 +3,7 @@ install and build step, run --build, --version, every verb's --help."""
 
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -145,3 +146,36 @@ def test_hints_and_errors_name_pmlab_verbs_not_internal_scripts():
                         and not any(text in line for text in SAYS_WHAT_RUNS):
                     found.append(f"{path}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------ old module entry points
+
+def verb_modules():
+    """(module, verb) of every module with a main() behind a verb."""
+    found = []
+    for layer in ("lab", "pipelines", "dashboards"):
+        for name in sorted(os.listdir(os.path.join(REPO, layer))):
+            path = os.path.join(REPO, layer, name)
+            if name.endswith(".py") and "\ndef main(" in open(path).read():
+                found.append(f"{layer}.{name[:-3]}")
+    return found
+
+
+@pytest.mark.parametrize("module", verb_modules())
+def test_an_old_module_entry_point_works_or_says_where_to_go(module):
+    """python3 -m lab.run once imported the module and exited 0, running
+    nothing. Each module with a main() either is a command (lab.kernels)
+    or names the ./pmlab verb and exits 2."""
+    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    if done.returncode == 0:
+        assert done.stdout.startswith("usage: "), done.stdout  # a command of its own, documented
+    else:
+        assert done.returncode == 2 and "is no command of its own: use ./pmlab " in done.stderr, done.stderr
+
+
+def test_lab_run_and_nightly_say_which_verb(tmp_path):
+    for module, verb in (("lab.run", "run"), ("pipelines.nightly", "nightly")):
+        done = subprocess.run([sys.executable, "-m", module, "--mode", "mem"], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and f"use ./pmlab {verb}" in done.stderr, done.stderr
