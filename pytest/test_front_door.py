@@ -179,3 +179,9 @@ def test_lab_run_and_nightly_say_which_verb(tmp_path):
         done = subprocess.run([sys.executable, "-m", module, "--mode", "mem"], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2 and f"use ./pmlab {verb}" in done.stderr, done.stderr
+
+
+def test_run_check_only_stops_before_the_install_step(tmp_path):
+    done = pmlab_as_user(tmp_path, "run", "--check-only", "--mode", "mem*2", "--results", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    assert "run as root" not in done.stderr and "== pmlab:" not in done.stderr
