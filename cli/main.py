@@ -44,6 +44,7 @@ def run(argv):
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
     if args.check_only:  # the pmlab script's check before its install and build step
+        print(check_only_summary(request, lab_run))
         return 0
     code = lab_run.run(request).code
     if code == 2 or args.no_dashboard:  # bad input or setup: nothing ran
@@ -66,6 +67,16 @@ def add_run_front_door(parser):
     parser.add_argument("--check-only", action="store_true",
                         help="parse and check the options (the run request), then exit 0 without running; "
                              "the artifacts need not be built yet")
+
+
+def check_only_summary(request, lab_run):
+    """What run --check-only found the request to be: its plan, injections
+    and artifacts (nothing is run, nor checked to be built)."""
+    plan = lab_run.describe_plan(lab_run.merge_runs([(cycle.mode, 1) for cycle in request.cycles]))
+    injected = "; ".join(f"cycle {cycle.number}: " + ", ".join(f"{knob}={value}" for knob, value in cycle.knobs)
+                         for cycle in request.cycles if cycle.knobs)
+    return (f"pmlab run: options checked, nothing run: {plan}" + (f"; injected: {injected}" if injected else "")
+            + f"; artifacts {request.artifacts}")
 
 
 # ./pmlab test --fast: what someone changing the host code runs after each

@@ -63,10 +63,13 @@ def test_run_build_never_installs_and_builds_nothing(tmp_path):
     assert "run as root" not in done.stderr and "== pmlab:" not in done.stderr
 
 
-def test_check_only_checks_without_running(tmp_path):
+def test_check_only_checks_without_running(tmp_path, capsys):
     ok = cli.main(["run", "--check-only", "--mode", "mem*3", "--artifacts", str(tmp_path / "none"),
                    "--results", str(tmp_path / "results")])
     assert ok == 0 and not (tmp_path / "results").exists()
+    assert cli.main(["run", "--check-only", "--mode", "mem*3", "--inject", "2:delay=* suspend 100"]) == 0
+    said = capsys.readouterr().out
+    assert "options checked, nothing run: mem/pmwakeup x3" in said and "cycle 2: delay=* suspend 100" in said
     assert cli.main(["run", "--check-only", "--mode", "mem=3"]) == 2
 
 
