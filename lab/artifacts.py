@@ -145,8 +145,9 @@ def _copy(source, target):
 # ------------------------------------------------------------------ holding and installing
 
 LOCK = ".pmlab-artifacts.lock"
-# Replaced by a rename whether or not a run holds the directory: a reader
-# sees the old file or the new one, and no guest boots from them.
+# Replaced by a rename on every install, whether or not a run holds the
+# directory: a reader sees the old file or the new one, no guest boots
+# from them.
 METADATA = ("manifest.json", "compile.env")
 
 
@@ -196,8 +197,9 @@ def install(stage, directory):
     hold(exclusive=True), so no run holding the directory sees them change.
     Returns the names installed."""
     os.makedirs(directory, exist_ok=True)
+    # The metadata always: its time says when the build last ran (pipelines/commit.py's kernel_current).
     changed = sorted(name for name in os.listdir(stage)
-                     if not same(os.path.join(stage, name), os.path.join(directory, name)))
+                     if name in METADATA or not same(os.path.join(stage, name), os.path.join(directory, name)))
     boot = [name for name in changed if name not in METADATA]
     lock = hold(directory, exclusive=True,
                 waiting=f"pmlab: waiting for the runs booting from {directory} to end before installing "

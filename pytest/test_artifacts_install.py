@@ -122,3 +122,13 @@ def test_a_run_holds_its_artifacts_from_its_check_to_its_end(tmp_path, monkeypat
     engine.close()
     installing.communicate(timeout=30)
     assert read(os.path.join(out, "bzImage")) == b"kernel 2"
+
+
+def test_the_manifest_is_installed_by_every_build_to_date_it(tmp_path):
+    """pipelines/commit.py judges a build current by its manifest's time:
+    an identical manifest is switched in all the same."""
+    out = built(tmp_path / "out")
+    os.utime(os.path.join(out, "manifest.json"), (0, 0))
+    assert artifacts.install(built(tmp_path / "stage"), out) == ["manifest.json"]
+    assert os.path.getmtime(os.path.join(out, "manifest.json")) > 0
+    assert os.path.getmtime(os.path.join(out, "bzImage")) > 0
