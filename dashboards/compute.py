@@ -827,3 +827,8 @@ def main(argv=None):
     else:
         sys.stdout.write(text)
     return 1 if args.strict and dashboard["input_errors"] else 0
+
+
+if __name__ == "__main__":  # ./pmlab dashboard is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("dashboards.compute", "dashboard"))

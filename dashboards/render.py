@@ -61,7 +61,7 @@ def render(dashboard_path, chartjs=CHARTJS, html_name="dashboard.html", timeline
             f'<script type="application/json" id="timeline-links">{embed(links(timelines or {}, out_dir))}</script>')
     page = template.replace(PLACEHOLDER, data)
     if not os.path.isfile(chartjs):
-        raise FileNotFoundError(f"{chartjs} not found: install libjs-chart.js (lab/install-deps)")
+        raise FileNotFoundError(f"{chartjs} not found: apt-get install libjs-chart.js (./pmlab build installs it)")
     shutil.copyfile(chartjs, os.path.join(out_dir, "chart.min.js"))
     for name in ASSETS:
         shutil.copyfile(os.path.join(PAGE, name), os.path.join(out_dir, name))
@@ -88,3 +88,8 @@ def main(argv=None):
     path = render(args.dashboard, args.chartjs, timelines=timelines)
     print(f"dashboard page: {path}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":  # ./pmlab dashboard is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("dashboards.render", "dashboard"))

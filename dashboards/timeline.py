@@ -503,3 +503,8 @@ def main(argv=None):
                         help="cycle numbers to draw (default: every cycle that did not pass)")
     args = parser.parse_args(argv)
     return draw_and_print(args.run, args.cycles)
+
+
+if __name__ == "__main__":  # ./pmlab timeline is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("dashboards.timeline", "timeline"))

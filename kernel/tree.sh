@@ -62,7 +62,7 @@ ensure_tree() {
 		git_src tag -f pristine "$SOURCE_COMMIT" >/dev/null
 		return 0
 	fi
-	[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install $(basename "$TARBALL" .tar.xz) (or run lab/install-deps)"
+	[ -r "$TARBALL" ] || die "$TARBALL missing: apt-get install $(basename "$TARBALL" .tar.xz) (./pmlab build installs every package pmlab needs)"
 	stamp=$(stat -c '%s-%Y' "$TARBALL")
 	if git_src rev-parse -q --verify refs/tags/pristine >/dev/null 2>&1 &&
 	   [ "$(cat "$(dirname "$SRC")/.tarball" 2>/dev/null)" = "$stamp" ]; then

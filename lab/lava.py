@@ -73,6 +73,7 @@ import urllib.request
 
 import yaml
 
+from lab import artifacts as artifacts_mod
 from lab import console, guest_report
 from lab.cycle import cycle_arguments
 from lab.judge import FRESH_BOOT, judge_with_order, keep_evidence
@@ -328,11 +329,12 @@ def check_artifacts(source):
     for name in ARTIFACTS:
         path = os.path.join(source, name)
         if not os.path.isfile(path):
-            raise LabError(f"{path} missing: build the kernel and initramfs first")
+            raise LabError(f"{path} missing: build the kernel and initramfs first "
+                           f"({artifacts_mod.build_command(source)})")
     init = initramfs_init(os.path.join(source, "initramfs.cpio.gz")) or ""
     if "pmlab-lava: ready" not in init:
         raise LabError(f"{source}/initramfs.cpio.gz has a guest/init without pmlab.mode=lava: "
-                       f"rebuild it (lab/build-initramfs {source})")
+                       f"rebuild it ({artifacts_mod.build_command(source)})")
     return source
 
 
@@ -405,7 +407,7 @@ def identity_uri(identity):
         done = subprocess.run(["lavacli", "identities", "show", identity], capture_output=True, text=True,
                               timeout=60)
     except FileNotFoundError:
-        raise LabError("lavacli missing: run pipelines/lava/install --server") from None
+        raise LabError("lavacli missing: ./pmlab lava up installs it") from None
     except subprocess.TimeoutExpired:
         raise LabError(f"lavacli identities show {identity} did not answer in 60 s") from None
     try:
@@ -413,7 +415,7 @@ def identity_uri(identity):
     except (yaml.YAMLError, AttributeError):
         uri = None
     if not uri:
-        raise LabError(f"no lavacli identity '{identity}' (--lava-identity): pipelines/lava/lab-up adds "
+        raise LabError(f"no lavacli identity '{identity}' (--lava-identity): ./pmlab lava up adds "
                        f"'pmlab'; for another server: lavacli identities add --uri URL/RPC2 --username U "
                        f"--token T {identity}")
     return uri
@@ -465,7 +467,7 @@ def lavacli(identity, *args, timeout=120):
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise LavaError("lavacli missing: run pipelines/lava/install --server") from None
+        raise LavaError("lavacli missing: ./pmlab lava up installs it") from None
     except subprocess.TimeoutExpired:
         raise LavaError(f"{' '.join(command)} did not answer in {timeout} s") from None
     if done.returncode != 0:
@@ -846,13 +848,15 @@ class LavaEngine:
                     request.guest.firmware_errata, request.guest.pmtest_tree)
         if lava.artifacts_url:
             check_url(lava.artifacts_url)
+        # Held until close(): the jobs fetch them over HTTP meanwhile.
+        self.artifacts_hold = artifacts_mod.hold(request.artifacts)
         check_artifacts(request.artifacts)
         self.server_uri = identity_uri(lava.identity)
         try:  # a server down from the start is bad setup, not a restart to wait out
             lavacli(lava.identity, "system", "version", timeout=60)
         except LavaError as error:
             raise LabError(f"the LAVA server of identity '{lava.identity}' ({self.server_uri}) does not answer "
-                           f"(pipelines/lava/lab-up starts this machine's): {error}") from None
+                           f"(./pmlab lava up starts this machine's): {error}") from None
         self.server = None
         self.url = lava.artifacts_url and lava.artifacts_url.rstrip("/")
         self.submitted, self.unfinished = [], set()
@@ -896,6 +900,9 @@ class LavaEngine:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.artifacts_hold:
+            self.artifacts_hold.close()
+            self.artifacts_hold = None
 
     def summary(self):
         return {"engine": "lava", "lava_server": self.server_uri, "lava_jobs": self.submitted,

@@ -160,7 +160,7 @@ def add_engine(parser):
     from lab.request import ENGINES
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="libvirt: guests on this machine (default); lava: LAVA jobs on the server of "
-                             "--lava-identity (modes mem/rtc, disk/platform, pm_test-*; pipelines/lava/lab-up "
+                             "--lava-identity (modes mem/rtc, disk/platform, pm_test-*; ./pmlab lava up "
                              "brings up a lab here)")
     parser.add_argument("--lava-identity", metavar="NAME",
                         help="lavacli identity of the LAVA server (default pmlab, the one lab-up adds)")

@@ -147,3 +147,8 @@ def main(argv=None):
         ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "-"
         print(f"{label:34} before {shown[0]}  after {shown[1]}  after/before {ratio}")
     return 0
+
+
+if __name__ == "__main__":  # ./pmlab bench quiesce is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("lab.quiesce_bench", "bench quiesce"))

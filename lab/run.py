@@ -92,6 +92,8 @@ class LibvirtEngine:
             raise LabError(f"unknown machine profile '{request.guest.profile}' "
                            f"(known: {', '.join(virt.PROFILES)})")
         self.request = request
+        # Held until close(): no build installs into them while guests boot.
+        self.artifacts_hold = artifacts_mod.hold(request.artifacts)
         self.found = artifacts_mod.find(request.artifacts)
         directory = self.found.directory
         if any(cycle.knobs for cycle in request.cycles) and not self.found.modules:
@@ -126,6 +128,8 @@ class LibvirtEngine:
     def close(self):
         if self.session is not None:
             self.session.close()
+        if self.artifacts_hold:
+            self.artifacts_hold.close()
 
     def summary(self):
         from lab.cycle import rss_kib
@@ -526,3 +530,8 @@ def main(argv=None):
         print(f"lab.run: {error}", file=sys.stderr)
         return 2
     return run(request, style=style_of(args)).code
+
+
+if __name__ == "__main__":  # ./pmlab run is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("lab.run", "run"))

@@ -62,9 +62,9 @@ def script_path():
     build = os.environ.get("PMLAB_BUILD") or os.path.join(REPO, "build")
     path = os.path.join(build, SCRIPT_IN_TREE)
     if not os.path.isfile(path):
-        raise SleepgraphError(f"{path} missing: sleepgraph comes from the kernel tree kernel/build extracts "
+        raise SleepgraphError(f"{path} missing: sleepgraph comes from the kernel tree ./pmlab build extracts "
                               f"into <build directory>/src/linux (build directory: $PMLAB_BUILD, else "
-                              f"<repo>/build; here {build}); run kernel/build once, or set PMLAB_BUILD to a "
+                              f"<repo>/build; here {build}); run ./pmlab build once, or set PMLAB_BUILD to a "
                               "build directory that has the tree")
     return path
 

@@ -59,7 +59,7 @@ def start_daemons(wait_seconds=30):
         binary = shutil.which(daemon) or f"/usr/sbin/{daemon}"
         if not os.access(binary, os.X_OK):
             raise LabError(f"libvirt is not startable: {binary} not found "
-                           "(apt-get install libvirt-daemon-system, or run lab/install-deps)")
+                           "(apt-get install libvirt-daemon-system; ./pmlab build installs every package pmlab needs)")
         done = subprocess.run([binary, "-d"], capture_output=True, text=True)
         if done.returncode != 0:
             raise LabError(f"libvirt is not startable: '{binary} -d' exited with "

@@ -136,6 +136,9 @@ def table(patched, baseline, series="6.1"):
 
 
 def main(argv):
+    if argv[1:2] in (["-h"], ["--help"]):
+        print("usage: python3 -m pipelines.baseline_compare [--series X.Y] PATCHED.xml BASELINE.xml\n" + __doc__)
+        return 0
     series = "6.1"
     if len(argv) == 5 and argv[1] == "--series":
         series, argv = argv[2], argv[:1] + argv[3:]

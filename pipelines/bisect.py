@@ -341,3 +341,8 @@ def main(argv=None):
         print(f"bisect: {error}", file=sys.stderr)
         return 2
     return code
+
+
+if __name__ == "__main__":  # ./pmlab bisect is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.bisect", "bisect"))

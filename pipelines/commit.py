@@ -353,3 +353,8 @@ def main(argv=None):
     if findings:
         result, exit_code = "regression", 1
     return finish()
+
+
+if __name__ == "__main__":  # ./pmlab commit is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.commit", "commit"))

@@ -111,3 +111,8 @@ def main(argv=None):
     print(f"junit: {output}: {root.get('tests')} tests, {root.get('failures')} failures, "
           f"{root.get('errors')} errors")
     return 0
+
+
+if __name__ == "__main__":  # ./pmlab junit is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.junit", "junit"))

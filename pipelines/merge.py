@@ -131,3 +131,8 @@ def main(argv=None):
     print(f"merge: {args.out_dir}: {summary['cycles']} cycles from {len(args.shard_dirs)} shard(s), "
           f"{summary['counts']['pass']} passed")
     return 0
+
+
+if __name__ == "__main__":  # ./pmlab merge is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.merge", "merge"))

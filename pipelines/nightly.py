@@ -357,3 +357,8 @@ def soak(request, state, state_path, resuming, rundir):
     if status:
         return status
     return 1 if not_as_expected(records) else 0
+
+
+if __name__ == "__main__":  # ./pmlab nightly is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.nightly", "nightly"))

@@ -129,3 +129,8 @@ def main(argv=None):
         json.dump({"cycles": entries}, out, indent=2)
         out.write("\n")
     return 1 if any("error" in entry for entry in entries) else 0
+
+
+if __name__ == "__main__":  # ./pmlab sleepgraph is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.sleepgraph", "sleepgraph"))

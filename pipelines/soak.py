@@ -92,7 +92,7 @@ def pin_artifacts(source, run_path):
     try:
         artifacts_mod.copy(source, temporary)
     except LabError as error:
-        raise SoakError(f"{error} (run kernel/build and lab/build-initramfs first)") from None
+        raise SoakError(f"{error} (./pmlab build first)") from None
     os.replace(temporary, target)
     return target
 
@@ -409,3 +409,8 @@ def main(argv=None):
     if any(code == 2 for code in codes):
         return 2
     return 0 if result["all_passed"] else 1
+
+
+if __name__ == "__main__":  # ./pmlab soak is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.soak", "soak"))

@@ -137,6 +137,8 @@ def lab_run(request):
     config = request.config
     problem = None
     try:
+        # Held for the session: no build installs into them while guests boot.
+        hold = artifacts_mod.hold(artifacts_dir(config))
         found = artifacts_mod.find(artifacts_dir(config))
         watchdogs = watchdogs_from(config.getoption("--watchdog"))
         connection = virt.Connection(config.getoption("--uri"))
@@ -149,6 +151,8 @@ def lab_run(request):
     yield {"artifacts": found, "watchdogs": watchdogs, "connection": connection, "plan": _plan(config),
            "rundir": rundir, "worker": worker, "uri": config.getoption("--uri"),
            "profile": config.getoption("--profile")}
+    if hold:
+        hold.close()
 
 
 @pytest.fixture(scope="session")
