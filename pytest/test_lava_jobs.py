@@ -71,27 +71,29 @@ def test_a_job_gets_one_boot_and_monitor_segment_per_s4_cycle():
     assert [next(iter(action)) for action in only_s3["actions"]] == ["deploy", "boot", "test"]
 
 
-def _engine(*argv):
+def _engine(*argv, results):
     """LavaEngine for `./pmlab run --engine lava ARGV` (its checks
-    come before it asks lavacli anything)."""
+    come before it asks lavacli anything); `results`: a results root of
+    the test's own (a run id the user has under results/ is refused)."""
     import argparse
 
     from lab import run as lab_run
     parser = argparse.ArgumentParser()
     lab_run.add_options(parser)
-    request = lab_run.request_from(parser.parse_args(["--engine", "lava", "--run-id", "t", *argv]))
+    request = lab_run.request_from(parser.parse_args(["--engine", "lava", "--run-id", "t", "--results", str(results),
+                                                      *argv]))
     return jobs.LavaEngine(request)
 
 
 @pytest.mark.parametrize("mode", ["disk/reboot", "freeze", "mem/pmwakeup"])
-def test_modes_a_lava_job_cannot_run_are_refused(mode):
+def test_modes_a_lava_job_cannot_run_are_refused(mode, tmp_path):
     with pytest.raises(LabError, match="cannot run as a LAVA job"):
-        _engine("--mode", mode)
+        _engine("--mode", mode, results=tmp_path)
 
 
-def test_boot_knobs_are_refused():
+def test_boot_knobs_are_refused(tmp_path):
     with pytest.raises(LabError, match="same kernel command line"):
-        _engine("--mode", "disk", "--inject", "1:boot=pmtest.fault=x")
+        _engine("--mode", "disk", "--inject", "1:boot=pmtest.fault=x", results=tmp_path)
 
 
 @pytest.mark.parametrize("args, problem", [
@@ -109,10 +111,10 @@ def test_lava_refuses_what_it_cannot_run_before_asking_the_server(args, problem,
     if problem is None:  # a tag that names no profile gets --profile's: then the missing artifacts speak
         problem = "bzImage missing"
     with pytest.raises(LabError, match=re.escape(problem)):
-        _engine("--mode", "mem/rtc", *artifacts, *args)
+        _engine("--mode", "mem/rtc", *artifacts, *args, results=tmp_path)
 
 
-def test_engine_options_reach_the_request():
+def test_engine_options_reach_the_request(tmp_path):
     """lab/options.py add_engine's names are the ones lab.request.from_args reads."""
     import argparse
 
@@ -121,7 +123,8 @@ def test_engine_options_reach_the_request():
     lab_run.add_options(parser)
     request = lab_run.request_from(parser.parse_args(
         ["--engine", "lava", "--mode", "mem/rtc*2", "--lava-identity", "mylab", "--lava-jobs", "3",
-         "--lava-tags", "q35-ovmf,isolated", "--artifacts-url", "http://h:1/r/artifacts", "--run-id", "t"]))
+         "--lava-tags", "q35-ovmf,isolated", "--artifacts-url", "http://h:1/r/artifacts", "--run-id", "t",
+         "--results", str(tmp_path)]))
     assert request.engine == "lava" and [c.number for c in request.cycles] == [1, 2]
     assert request.lava.identity == "mylab" and request.lava.jobs == 3
     assert request.lava.tags == ("q35-ovmf", "isolated") and request.lava.artifacts_url == "http://h:1/r/artifacts"
