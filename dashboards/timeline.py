@@ -239,6 +239,8 @@ def model(record, report_text):
         "cycle": {key: record.get(key) for key in ("run_id", "cycle", "mode", "wake", "pm_test", "verdict",
                                                    "expected_verdict", "phase", "reason", "host_start",
                                                    "suspend_ms", "resume_ms", "total_ms", "last_phase")},
+        # the knobs that injected a fault or delay: the page says so (lab.records.injections)
+        "injected": [item for item in record.get(records.INJECTED_FIELD) or [] if isinstance(item, str)],
         "report": record.get("report"),
         "end_ms": end_ms,
         "phases": _phases(marks, t0),

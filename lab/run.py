@@ -22,7 +22,7 @@ from lab import manifest as manifest_mod
 from lab import options
 from lab import request as request_mod
 from lab.errors import LabError
-from lab.records import ERROR, PASS, ResultsWriteError, RunDir, new_run_id, not_as_expected
+from lab.records import ERROR, INJECTED_FIELD, PASS, ResultsWriteError, RunDir, new_run_id, not_as_expected
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,6 +156,8 @@ def describe(record):
         text += f" phase={record.get('phase')}: {record.get('reason')}"
     if record.get("rerun_of") is not None:
         text += f" [rerun {record.get('rerun_attempt')} of cycle {record['rerun_of']}]"
+    if record.get(INJECTED_FIELD):  # on purpose: out of the pass rate, never a regression
+        text += f" [fault injected: {', '.join(record[INJECTED_FIELD])}]"
     return text
 
 

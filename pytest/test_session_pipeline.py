@@ -46,6 +46,7 @@ class Driven:
         self.log, self.number, self.guest, self.meta = log, number, guest, meta or {}
         self.judge_seconds, self.verdict, self.write_error = judge_seconds, verdict, write_error
         self.guest_usable = True
+        self.record = {"cycle": number, "status": "started"}  # what the drive knew (lab.cycle.DrivenCycle)
 
     def finish(self, sleepgraph_files=False):
         self.log.append(("judge-start", self.number, threading.current_thread().name))
