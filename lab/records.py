@@ -240,8 +240,9 @@ def new_record(run_id, cycle, mode, status=STARTED, **fields):
     record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": cycle, "status": status,
               "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test}
     record.update(fields)
-    if injections(fields.get("knobs") or ()):
-        record[INJECTED_FIELD] = injections(fields["knobs"])
+    injected_knobs = injections(fields.get("knobs") or ())
+    if injected_knobs:
+        record[INJECTED_FIELD] = injected_knobs
     return record
 
 

@@ -8,7 +8,9 @@
 
 The older --mode mem --cycles 10 still means mem*10.
 
-Exit status: 0 all cycles passed, 1 some did not, 2 bad input or setup.
+Exit status: 0 all cycles passed, 1 some did not, 2 bad input or setup (a
+knob the guest rejects too: the run stops there). A cycle with a fault or
+delay injected is shown as such and left out of the pass rate.
 """
 
 import argparse
