@@ -318,6 +318,27 @@ def timeline(argv):
     return pages.draw_and_print(path, args.cycles)
 
 
+def devices(argv):
+    """the device guest's devices by kernel name (PCI address, pmtest name) per profile: kfault's DEVICE"""
+    from lab import devices as device_sets
+    from lab import request as request_mod
+    from lab.profiles import PROFILES
+    parser = argparse.ArgumentParser(
+        prog="pmlab devices", description="The kernel names (dev_name) of the guest's PCI devices per machine "
+        "profile, lean and zoo (lab/devices.py), and of pmtest's devices: the DEVICE of "
+        "--inject 'N:kfault=DEVICE CALLBACK ERRNO COUNT'.")
+    parser.add_argument("--profile", choices=sorted(PROFILES), help="one machine profile (default: each)")
+    parser.add_argument("--pmtest-tree", metavar="DEPTHxFANOUT", help="pmtest's tree size, as run takes it")
+    args = parser.parse_args(argv)
+    try:
+        tree = request_mod.pmtest_tree(args.pmtest_tree)
+    except LabError as error:
+        print(f"pmlab devices: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(device_sets.listing([args.profile] if args.profile else list(PROFILES), tree)))
+    return 0
+
+
 def bench(argv):
     """the harness's S3 cycle against a raw QEMU+QMP loop; `bench quiesce`: the boot kernel's quiesce, two kernels"""
     if argv[:1] == ["quiesce"]:
@@ -442,7 +463,7 @@ def sleepgraph(argv):
 
 
 VERBS = {verb.__name__.replace("_", "-"): verb
-         for verb in (run, test, judge, dashboard, timeline, bench, commit, nightly, soak, bisect, merge, junit,
+         for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, merge, junit,
                       baseline_compare, lava, sleepgraph)}
 # Verbs of the pmlab script itself (shell: the build before any Python runs).
 SHELL_VERBS = {"build": "install the Debian packages, build the kernel, pmtest and the guest image",

@@ -202,7 +202,7 @@ def bucket_section(cycles):
                                        "first": occurrence(cycle), "reason": cycle["reason"],
                                        "evidence": buckets.example_line(cycle, name)}
             entry["count"] += 1
-            entry["expected"] += injected(cycle) and cycle["verdict"] == cycle["expected_verdict"]
+            entry["expected"] += injected(cycle) and cycle["expected_verdict"] in (records.PASS, cycle["verdict"])
             entry["modes"][cycle["mode"]] = entry["modes"].get(cycle["mode"], 0) + 1
             entry["last"] = occurrence(cycle)
     return sorted(found.values(), key=lambda e: (-e["count"], e["bucket"]))
@@ -219,8 +219,10 @@ def lab_errors(cycles):
     bucket, dashboards/buckets.py) their count, modes and an example. They
     are never in the pass rate; a cycle rerun after one (rerun_of) is. An
     error provoked on purpose (a test's early press) is no lab problem:
-    counted with the injected cycles, not here."""
-    errors = [c for c in sorted(cycles, key=order_key) if c["verdict"] == records.ERROR and not injected(c)]
+    counted with the injected cycles, not here; nor is a knob the guest
+    rejected (lab.records.request_error: the request's)."""
+    errors = [c for c in sorted(cycles, key=order_key)
+              if c["verdict"] == records.ERROR and not injected(c) and not records.request_error(c)]
     causes = {}
     for cycle in errors:
         cause = buckets.error_class(cycle["reason"])
@@ -279,7 +281,7 @@ def works_after_resume(cycles, latency_section):
 def failures(cycles):
     failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] not in (records.PASS, records.INTERRUPTED)]
     rows = [dict(occurrence(c), verdict=c["verdict"], expected_verdict=c["expected_verdict"],
-                 unfinished=c["unfinished"], phase=c["phase"],
+                 injected=c[records.INJECTED_FIELD], unfinished=c["unfinished"], phase=c["phase"],
                  reason=c["reason"], buckets=c["buckets"]) for c in failed[-MAX_FAILURES:]]
     return {"total": len(failed), "shown": len(rows), "cycles": rows}
 
@@ -349,6 +351,8 @@ def latency_counts(raw_records):
     key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
     batches = {}    # id(calls) -> _LayoutBatch; version 3 records share a few layouts (inputs.Inputs.shared_values)
     for record in sorted(raw_records, key=_run_and_cycle):
+        if injected(record):  # a fault or delay injected on purpose times nothing of the kernel's
+            continue
         calls, durations, failed = records.callback_columns(record)
         batch = batches.get(id(calls))
         if batch is None:

@@ -168,6 +168,8 @@ def normalise(record, default_run_id, manifest):
         "unfinished": not done,
         "verdict": records_module.state_of(record),
         "expected_verdict": record.get("expected_verdict") or "pass",
+        # the knobs that injected a fault or delay (lab.records.injections)
+        records_module.INJECTED_FIELD: _strings(record.get(records_module.INJECTED_FIELD)),
         "phase": _str(record.get("phase")) if done else None,
         "reason": _str(record.get("reason")) if done else "only the \"started\" line: the cycle never finished",
         "failed_callbacks": records_module.failed_callbacks(record) if done else [],

@@ -280,6 +280,8 @@ def record_model(record, no_trace=None):
                                                    "expected_verdict", "phase", "reason", "host_start",
                                                    "suspend_ms", "resume_ms", "total_ms", "last_phase")},
         "state": records.state_of(record),
+        # the knobs that injected a fault or delay: the page says so (lab.records.injections)
+        "injected": [item for item in record.get(records.INJECTED_FIELD) or [] if isinstance(item, str)],
         "report": None,
         "no_trace": no_trace,
         "end_ms": 0,

@@ -37,7 +37,7 @@ import libvirt
 
 from lab import calls, console, devices, guest_report, records, sleepgraph
 from lab.guest_agent import AgentTimeout, quote
-from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence
+from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence, rejected_knob
 from lab.records import ERROR, FAIL, HANG, PASS, hang_dump_path, iso, mark_done, new_record
 from lab.request import Watchdogs
 
@@ -363,6 +363,9 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         # what makes the cycle an `error` (judge()) or ends the guest, known now
         if reply is None or reply.status != 0 or not guest.running():
             record["guest_usable"] = False
+        rejected = rejected_knob(reply.output) if reply is not None and reply.status != 0 else None
+        if rejected:  # known now, so the session stops before driving another cycle
+            record.update(verdict=ERROR, phase=records.REQUEST, reason=rejected)
     return DrivenCycle(rundir, record, cycle, reply, events, evidence, guest.boot_id, guest.console.file_error)
 
 

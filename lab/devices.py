@@ -17,6 +17,7 @@ drivers are modules of the one lab kernel (kernel/config/pmlab.config), so
 the lean guest loads none of them.
 """
 
+import re
 from dataclasses import dataclass
 
 SETS = ("lean", "zoo")
@@ -234,3 +235,135 @@ def zoo_qemu_args(machine, root_bus, paths):
              "-device", f"virtio-rng-pci,rng=pmlab-rng,bus={root_bus},addr={slot['virtio-rng']:#x}",
              "-device", f"virtio-balloon-pci,bus={root_bus},addr={slot['virtio-balloon']:#x}"]
     return args + _arguments_only(slot, root_bus, paths)
+
+
+# ------------------------------------------------------------- kernel names
+#
+# What the guest's kernel calls its devices (dev_name): the names a kfault
+# knob (pmtest_kfault.ko, `--inject 'N:kfault=DEVICE CALLBACK ERRNO COUNT'`)
+# and the records' callbacks use. ./pmlab devices lists them; check_kfault
+# refuses, before a guest boots, a name the guest would refuse.
+
+# The PCI functions of the machine itself (QEMU's chipset; q35's AHCI at
+# 00:1f.2 is the zoo's SATA controller there), and of the lab's plumbing
+# on every guest (lab.virt.domain_xml: slots 3, 4 and edu from 0x10).
+CHIPSET_PCI = {
+    "pc": (("0000:00:00.0", "i440FX host bridge"), ("0000:00:01.0", "PIIX3 ISA bridge"),
+           ("0000:00:01.1", "PIIX3 IDE controller"), ("0000:00:01.3", "PIIX4 ACPI (power management)")),
+    "q35": (("0000:00:00.0", "Q35 host bridge"), ("0000:00:1f.0", "ICH9 LPC bridge"),
+            ("0000:00:1f.2", "ICH9 AHCI controller (the zoo's sata-disk)"), ("0000:00:1f.3", "ICH9 SMBus")),
+}
+PLUMBING_PCI = ((0x03, "virtio-blk swap disk (virtio_blk)"), (0x04, "virtio-serial agent port (virtio_console)"),
+                (0x10, "QEMU edu (pmtest_edu_pm)"))
+# The zoo's PCI functions (pci_slots' names): what each is.
+ZOO_PCI = {"usb": "xHCI controller (xhci_hcd): usb-disk, usb-kbd, usb-tablet", "sata": "AHCI controller (ahci): sata-disk",
+           "scsi": "virtio-scsi controller (virtio_scsi): scsi-disk", "hda": "HD audio (snd_hda_intel)",
+           "i6300esb": "i6300ESB watchdog (i6300esb)", "virtio-rng": "virtio-rng (virtio_rng)",
+           "virtio-balloon": "virtio-balloon (virtio_balloon)", "nvme-disk": "NVMe controller (nvme)",
+           "sd-card": "SDHCI controller (sdhci-pci): sd-card", "e1000e": "e1000e NIC (e1000e)",
+           "virtio-net": "virtio-net NIC (virtio_net)"}
+# pmtest's device trees (pmtest_platform.c): <driver>.<id>, ids 0.. breadth first.
+PMTEST_TREES = ("pmtest_full", "pmtest_compat", "pmtest_legacy", "pmtest_async")
+PMTEST_DEFAULT_TREE = (2, 2)
+# pmtest's other devices in every lab guest (kernel/modules/pmtest/README.md,
+# "The device matrix"; the PMTS ones need the SSDT, kernel/build makes it).
+PMTEST_FIXED = ("pmtest_domain.0", "pmtest_domain.1", "pmtest_domain.2", "pmtest_genpd.0", "pmtest_genpd.1",
+                "pmtest_genpd.2", "pmtest_typed.0", "pmtest_typed.1", "pmtest_typed.2", "pmtest_class.0",
+                "pmtest_class.1", "pmtest_skip_resume.0", "pmtest_direct.0", "pmtest_no_direct.0",
+                "PMTS0001:00", "PMTS0001:01", "PMTS0002:00", "PMTS0003:00", "PMTS0004:00")
+# pmtest_kfault.c's callbacks (kfault_callbacks; quiesce* and recover* with the series).
+KFAULT_CALLBACKS = ("suspend", "suspend_late", "suspend_noirq", "resume_noirq", "resume_early", "resume",
+                    "freeze", "freeze_late", "freeze_noirq", "thaw_noirq", "thaw_early", "thaw",
+                    "poweroff", "poweroff_late", "poweroff_noirq", "restore_noirq", "restore_early", "restore",
+                    "quiesce", "quiesce_late", "quiesce_noirq", "recover", "recover_early", "recover_noirq")
+_PCI_NAME = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_TREE_NAME = re.compile(r"(?P<tree>pmtest_(?:full|compat|legacy|async))\.(?P<id>\d+)")
+
+
+def machine_of(profile):
+    """The QEMU machine (pc, q35) of a machine profile (lab/profiles.py)."""
+    from lab.profiles import profile as profile_of
+    return profile_of(profile)["machine"]
+
+
+def pci_functions(machine, name):
+    """[(dev_name, what it is)] of the PCI functions a guest of device set
+    `name` has on `machine`, by address."""
+    found = dict(CHIPSET_PCI[machine])
+    found.update((f"0000:00:{slot:02x}.0", what) for slot, what in PLUMBING_PCI)
+    if check(name) == "zoo":
+        found.update((pci_name(machine, device), ZOO_PCI[device]) for device in pci_slots(machine))
+    return sorted(found.items())
+
+
+def tree_sizes(tree=None):
+    """{tree driver: devices} of pmtest's trees for (depth, fanout) (None:
+    pmtest's default): pmtest_tree_size(), async one level deeper where
+    that still fits 256 devices."""
+    depth, fanout = tree or PMTEST_DEFAULT_TREE
+
+    def size(levels):
+        return sum(fanout ** level for level in range(levels + 1)) if fanout else 1
+
+    total = size(depth)
+    deeper = size(depth + 1)
+    return {driver: (deeper if driver == "pmtest_async" and deeper <= 256 else total) for driver in PMTEST_TREES}
+
+
+def kfault_problem(value, machine, name, tree=None, children=False):
+    """Why the guest would refuse kfault knob `value` ("DEVICE CALLBACK
+    ERRNO COUNT") on a guest of device set `name` on `machine` (None: any
+    profile), or None. As strict as the guest and no stricter: a PCI-shaped
+    name must be one of the guest's PCI functions, a pmtest tree device
+    within its tree (unless a child knob can add devices: `children`), and
+    names no device can have are refused; any other name (a USB, SCSI or
+    ACPI device, the kernel names thousands) is the guest's to check."""
+    fields = value.split()
+    if len(fields) < 4:
+        return f"kfault '{value}': give DEVICE CALLBACK ERRNO COUNT, e.g. '{pci_name('q35', 'nvme-disk')} suspend -5 1'"
+    device, callback = fields[0], fields[1]
+    if callback not in KFAULT_CALLBACKS:
+        return f"kfault '{value}': unknown callback '{callback}' (known: {' '.join(KFAULT_CALLBACKS)})"
+    if _PCI_NAME.fullmatch(device):
+        machines = (machine,) if machine else tuple(CHIPSET_PCI)
+        known = sorted({pci for each in machines for pci, _ in pci_functions(each, name)})
+        if device not in known:
+            where = f"a {name} guest on {machine}" if machine else f"a {name} guest"
+            return (f"kfault '{value}': {where} has no PCI device {device} "
+                    f"(its PCI devices: {', '.join(known)}; ./pmlab devices lists them)")
+        return None
+    tree_device = _TREE_NAME.fullmatch(device)
+    if tree_device and not children:
+        size = tree_sizes(tree)[tree_device["tree"]]
+        if int(tree_device["id"]) >= size:
+            return (f"kfault '{value}': {tree_device['tree']} has devices .0 to .{size - 1} with this "
+                    f"--pmtest-tree ({'x'.join(map(str, tree or PMTEST_DEFAULT_TREE))})")
+    if "/" in device or device in ("*", "pmtest_syscore"):
+        return (f"kfault '{value}': '{device}' is a target of pmtest's own fault knob, not a device "
+                f"(kfault names one device by its kernel name; ./pmlab devices lists them)")
+    return None
+
+
+def listing(profiles, tree=None):
+    """./pmlab devices: the kernel names of each profile's PCI functions
+    (lean guests, then what the zoo adds) and of pmtest's devices, as
+    lines of text."""
+    lines = []
+    for profile in profiles:
+        machine = machine_of(profile)
+        lean = dict(pci_functions(machine, "lean"))
+        lines.append(f"{profile} (QEMU machine {machine}): PCI devices")
+        lines += [f"  {pci}  {what}" for pci, what in lean.items()]
+        lines.append("  with --devices zoo also:")
+        lines += [f"  {pci}  {what}" for pci, what in pci_functions(machine, "zoo") if pci not in lean]
+        lines.append("")
+    sizes = tree_sizes(tree)
+    lines.append(f"pmtest devices, every guest (--pmtest-tree {'x'.join(map(str, tree or PMTEST_DEFAULT_TREE))}):")
+    lines += [f"  {driver}.0 .. {driver}.{size - 1}" for driver, size in sizes.items()]
+    for start in range(0, len(PMTEST_FIXED), 6):
+        lines.append("  " + " ".join(PMTEST_FIXED[start:start + 6]))
+    lines.append("  (PMTS*: ACPI devices of pmtest's SSDT, in every guest the lab boots)")
+    lines += ["", "Use a name as --inject 'N:kfault=DEVICE CALLBACK ERRNO COUNT' (pmtest's own devices also take",
+              "'N:fault=...'). The guest has more devices than these (USB 1-1, SCSI 2:0:0:0, ACPI PNP0501:00, ...):",
+              "their names are the guest's to check; a name it rejects stops the run with exit 2."]
+    return lines

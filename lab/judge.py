@@ -7,6 +7,7 @@ What proves each mode slept is described in lab/cycle.py's docstring and
 checked here (_proof); callback order is lab/oracle's.
 """
 
+import re
 from dataclasses import dataclass
 
 from lab import calls, console, devices, guest_report, pmtest_log, records, s2idle, trace
@@ -26,6 +27,36 @@ PM_TEST_REACH = {
     "processors": ("dpm_suspend_noirq", "machine_suspend"),
     "core": ("dpm_suspend_noirq", "machine_suspend"),
 }
+
+
+# guest/pmlab-cycle's words when a knob file refused the value written (the
+# shell's "write error: <strerror>" on the line before) or a calls knob names
+# a function the kernel cannot probe: the request's error, not the lab's.
+_REJECTED = re.compile(r"^pmlab-cycle: (?:pmtest rejected knob (?P<knob>\w+)='(?P<value>.*)'|(?P<calls>calls: .*))$",
+                       re.MULTILINE)
+_WRITE_ERROR = re.compile(r"write error: (?P<why>.+)$")
+# What a refused kfault's error means (kernel/modules/pmtest/pmtest_kfault.c).
+_KFAULT_ERRORS = {"No such device": "no device of that name in the guest",
+                  "Invalid argument": "a name two devices share, an unknown callback or one the PM core "
+                                      "would not run for that device",
+                  "No space left on device": "16 faults set at once"}
+
+
+def rejected_knob(report):
+    """The guest's refusal of a cycle's knob, in one line ("the guest
+    rejected knob kfault='...': No such device (...)"), or None: the
+    cycle never started, through no fault of the kernel or the lab."""
+    found = _REJECTED.search(report or "")
+    if found is None:
+        return None
+    if found["calls"]:
+        return f"the guest rejected knob {found['calls']}"
+    before = report[:found.start()].rstrip("\n").rpartition("\n")[2]
+    why = _WRITE_ERROR.search(before)
+    reason = why["why"].strip() if why else "refused"
+    meaning = _KFAULT_ERRORS.get(reason) if found["knob"] == "kfault" else None
+    return (f"the guest rejected knob {found['knob']}='{found['value']}': {reason}"
+            + (f" ({meaning})" if meaning else ""))
 
 
 @dataclass
@@ -74,6 +105,10 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     if "trace_raw_error" in parts:
         result.update(verdict=ERROR, phase="lab",
                       reason=f"the guest's trace pages could not be decoded: {parts['trace_raw_error'].splitlines()[0]}")
+        return result
+    rejected = rejected_knob(report) if status != 0 else None
+    if rejected:
+        result.update(verdict=ERROR, phase=records.REQUEST, reason=rejected)
         return result
     if status != 0 or "end" not in parts:
         result.update(verdict=ERROR, phase="lab",

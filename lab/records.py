@@ -36,10 +36,15 @@ close_interrupted(): verdict "interrupted", which says nothing of the
 kernel: counted, never judged, never a failure.
 
 The pass rate (pass_rate) is pass / (pass + fail + hang + unfinished) over
-the cycles not made to fail on purpose (expected_verdict other than pass:
-"injected"); "error" (the lab failed, not the kernel) and "interrupted" (the
-run stopped during the cycle) are counted but not judged. Its interval is
-Wilson's score interval at 95 %. Percentiles are nearest-rank (nearest_rank()).
+the cycles not made to fail on purpose ("injected": a record whose
+expected_verdict is not pass, or whose "injected" field lists the knobs that
+injected a fault or delay, INJECTING_KNOBS; new_record writes that field
+from the cycle's knobs); "error" (the lab failed, not the kernel) and
+"interrupted" (the run stopped during the cycle) are counted but not judged.
+A cycle the request made impossible (phase REQUEST: the guest rejected one
+of its knobs) is the user's error, neither the kernel's nor the lab's. Its
+interval is Wilson's score interval at 95 %. Percentiles are nearest-rank
+(nearest_rank()).
 """
 
 import base64
@@ -251,11 +256,34 @@ def write_cycles(path, records, shared=None):
 def new_record(run_id, cycle, mode, status=STARTED, **fields):
     """The one constructor of a cycle record (lab.cycle, lab.session, the
     LAVA engine): record_version, the cycle's identity and its mode (a
-    lab.modes.Mode) first, then `fields` in the order given."""
+    lab.modes.Mode) first, then `fields` in the order given; a "knobs"
+    field [[name, value], ...] that injects a fault or delay adds
+    "injected" (injections())."""
     record = {"record_version": RECORD_VERSION, "run_id": run_id, "cycle": cycle, "status": status,
               "mode": mode.name, "wake": mode.wake, "pm_test": mode.pm_test}
     record.update(fields)
+    injected_knobs = injections(fields.get("knobs") or ())
+    if injected_knobs:
+        record[INJECTED_FIELD] = injected_knobs
     return record
+
+
+# Knobs (lab.request.KNOBS) that change what the kernel does: a fault, a
+# delay, a child registered mid-callback, a panic. print_times and calls
+# only watch; boot words inject only when they set one of pmtest's.
+INJECTING_KNOBS = ("fault", "delay", "child", "panic", "kfault")
+INJECTING_BOOT_WORDS = tuple(f"pmtest.{name}=" for name in ("fault", "delay", "child"))
+INJECTED_FIELD = "injected"
+# The phase of a cycle whose knob the guest rejected: the request's error.
+REQUEST = "request"
+
+
+def injections(knobs):
+    """The knobs of [(name, value), ...] that inject a fault or delay, as
+    the record's "injected" field: ["name=value", ...]."""
+    return [f"{name}={value}" for name, value in knobs
+            if name in INJECTING_KNOBS or (name == "boot" and any(
+                word.startswith(INJECTING_BOOT_WORDS) for word in str(value).split()))]
 
 
 def mark_done(record, **fields):
@@ -737,8 +765,15 @@ def state_of(record):
 
 
 def injected(record):
-    """Made to fail on purpose (lab/session.py sets expected_verdict)."""
-    return (record.get("expected_verdict") or PASS) != PASS
+    """Made to fail on purpose: a fault or delay injected (the "injected"
+    field), or a verdict provoked (lab/session.py sets expected_verdict)."""
+    return (record.get("expected_verdict") or PASS) != PASS or bool(record.get(INJECTED_FIELD))
+
+
+def request_error(record):
+    """The guest rejected a knob of the cycle: the request's error, never
+    the kernel's fail or the lab's error."""
+    return state_of(record) == ERROR and record.get("phase") == REQUEST
 
 
 def did_as_expected(record):

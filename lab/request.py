@@ -12,7 +12,7 @@ The plan is explicit: each planned cycle carries its number in the whole
 run (a nightly shard's cycles 2, 5, 8, ...), its mode and its pmtest knobs,
 so records are written under their plan numbers from the start.
 
-Pure: imports no libvirt (lab/errors.py, lab/modes.py, lab/calls.py only), so planning and
+Pure: imports no libvirt (lab/errors.py, lab/modes.py, lab/calls.py, lab/devices.py only), so planning and
 checking a request work on a machine without the lab's daemons.
 """
 
@@ -20,7 +20,7 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass
 
-from lab import calls, modes
+from lab import calls, devices, modes
 from lab.errors import LabError
 
 ENGINES = ("libvirt", "lava")
@@ -173,6 +173,7 @@ class RunRequest:
             raise LabError("--memory must be at least 128 MiB and --vcpus at least 1")
         if self.engine not in ENGINES:
             raise LabError(f"unknown engine '{self.engine}' (engines: {', '.join(ENGINES)})")
+        self._check_kfaults()
         return self
 
     def continued_after(self, last):
@@ -187,6 +188,21 @@ class RunRequest:
         shift = last + 1 - min(numbers)
         return self.replace(cycles=tuple(dataclasses.replace(cycle, number=cycle.number + shift)
                                          for cycle in self.cycles))
+
+    def _check_kfaults(self):
+        """Every kfault knob names a device the guest has, as far as the host
+        knows them (lab.devices.kfault_problem): refused here, before a
+        guest boots, not by the guest. A LAVA job's profile comes from its
+        tags: any profile's names pass."""
+        machine = devices.machine_of(self.guest.profile) if self.engine == "libvirt" else None
+        children = any(name == "child" or (name == "boot" and "pmtest.child=" in value)
+                       for cycle in self.cycles for name, value in cycle.knobs)
+        for cycle in self.cycles:
+            for name, value in cycle.knobs:
+                problem = name == "kfault" and devices.kfault_problem(
+                    value, machine, self.guest.devices, self.guest.pmtest_tree, children)
+                if problem:
+                    raise LabError(f"bad --inject for cycle {cycle.number}: {problem}")
 
     # ------------------------------------------------------------ the one encoder and parser
 
@@ -259,7 +275,19 @@ def numbered_cycles(plan, injections=None, numbers=None):
     if len(numbers) != len(flat):
         raise LabError(f"{len(numbers)} numbers for {len(flat)} cycles")
     injections = injections or {}
+    outside = sorted(set(injections) - set(numbers))
+    if outside:  # dropped, the user would believe an error path was tested
+        raise LabError(f"--inject names cycle {outside[0]}, which the plan does not have: "
+                       f"its cycles are {_plan_range(numbers)}")
     return tuple(Cycle(number, mode, tuple(injections.get(number, ()))) for number, mode in zip(numbers, flat))
+
+
+def _plan_range(numbers):
+    """"1-3" for consecutive numbers, else "2, 5, 8"."""
+    ordered = sorted(numbers)
+    if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return str(ordered[0]) if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
+    return ", ".join(map(str, ordered))
 
 
 def guest_from_args(args, base=Guest()):

@@ -16,7 +16,9 @@ written; the run ends with one count line and the cycles that did not pass
 the cycle in flight as interrupted (never in the pass rate, no failure).
 
 Exit status: 0 all cycles passed, 1 some did not, 2 bad input or setup,
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C). A knob the guest rejects is bad input too: the
+run stops there, exit 2. A cycle with a fault or delay injected is shown
+as such and left out of the pass rate.
 """
 
 import argparse
@@ -32,7 +34,8 @@ from lab import manifest as manifest_mod
 from lab import options
 from lab import request as request_mod
 from lab.errors import LabError
-from lab.records import (ERROR, FAIL, HANG, INTERRUPTED, PASS, UNFINISHED, ResultsWriteError, RunDir, RunExists,
+from lab.records import (ERROR, FAIL, HANG, INJECTED_FIELD, INTERRUPTED, PASS, UNFINISHED, ResultsWriteError,
+                         RunDir, RunExists,
                          close_interrupted, cycles_path, did_as_expected, holds_run, injected, is_done, last_cycle,
                          new_run_id, not_as_expected, pass_rate, read_cycles, state_of, verdict_counts)
 
@@ -280,6 +283,8 @@ def cycle_line(record, where, left=None):
         text += f" in {record.get('phase') or 'unknown phase'}: {shorten(record.get('reason'))}"
     if record.get("rerun_of") is not None:
         text += f" [rerun {record.get('rerun_attempt')} of cycle {record['rerun_of']}]"
+    if record.get(INJECTED_FIELD):  # on purpose: out of the pass rate, never a regression
+        text += f" [fault injected: {', '.join(record[INJECTED_FIELD])}]"
     if left is not None:
         text += f"; about {duration(left)} left"
     return text

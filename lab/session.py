@@ -13,7 +13,7 @@ from lab.cycle import drive_cycle, release_free_memory
 from lab.errors import LabError
 from lab.request import Watchdogs
 from lab.guest import Guest, GuestError
-from lab.records import DONE, ERROR, PASS, injected, iso, new_record, state_of
+from lab.records import DONE, ERROR, PASS, injected, iso, new_record, request_error, state_of
 
 
 # Cycles between two release_free_memory() calls (about 1 ms each).
@@ -151,6 +151,14 @@ class Session:
                 highest = max(highest, item[1])
                 self._planned[item[1]] = item
                 driven = self._drive(*item, extra_meta=rerun)
+                if not isinstance(driven, dict) and request_error(driven.record):
+                    # The guest rejected a knob: the request's error. Never
+                    # rerun; the run stops here (lab.run: exit 2).
+                    if pending is not None:
+                        yield self._settled(pending.result(), again, reruns)
+                    yield self._finished(driven.finish(self.sleepgraph_files))
+                    raise LabError(f"cycle {item[1]}: {driven.record['reason']}; the run stops "
+                                   "(a bad --inject, not the kernel's fail or the lab's error)")
                 previous, pending = pending, None
                 if not isinstance(driven, dict):  # submitted before the previous record is handed out
                     pending = judge.submit(driven.finish, self.sleepgraph_files)
@@ -188,7 +196,8 @@ class Session:
             except (GuestError, Exception) as error:
                 record = new_record(self.rundir.run_id, number, mode, DONE, guest=None, host_start=iso(started),
                                     host_end=iso(time.time()), host_seconds=round(time.time() - started, 3),
-                                    verdict=ERROR, phase="boot", reason=f"{type(error).__name__}: {error}")
+                                    verdict=ERROR, phase="boot", reason=f"{type(error).__name__}: {error}",
+                                    knobs=[list(k) for k in knobs])
                 record.update(self._meta())
                 record.update(extra_meta or {})
                 record["expected_verdict"] = expect

@@ -169,7 +169,7 @@ def parse_args(argv):
                         help="a .config the project fragment is merged onto instead of tinyconfig")
     lab = parser.add_argument_group("the smoke's settings (as lab.run's)")
     options.add_guest(lab)
-    options.add_inject(lab, "one smoke cycle (proves the gate: that run must regress)")
+    options.add_inject(lab, "one smoke cycle (recorded as injected: out of the pass rate, never a regression)")
     args = parser.parse_args(argv)
     if args.smoke is not None:
         if args.mode:

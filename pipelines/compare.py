@@ -9,6 +9,9 @@ A regression is
 A cycle made to fail on purpose (expected_verdict, as lab/session.py records
 for injected faults) is not in the rate and gives no bucket when it got that
 verdict; if it passed instead, that is bucket "expected-<verdict>-but-passed".
+A fault or delay injected with no verdict asked for (`--inject`: the record's
+"injected" field, lab.records.injections) is not in the rate and never a
+bucket, whatever it did: what it shows is the user's experiment, not the commit's.
 No previous run (first run, or none with cycles) means nothing may fail:
 every bucket is new. Records are the final record of each cycle
 (lab.records.read_cycles); a cycle left with only its "started" line is
@@ -60,6 +63,13 @@ def provoked(record):
     return passed(record) and record.get("expected_verdict", records_module.PASS) != records_module.PASS
 
 
+def injected_unasked(record):
+    """A fault or delay injected with no verdict asked for (./pmlab run and
+    commit --inject): never a regression, whatever the cycle did."""
+    return records_module.injected(record) and \
+        (record.get("expected_verdict") or records_module.PASS) == records_module.PASS
+
+
 def mode_rates(records):
     """{mode: (passed, judged)} of the modes with judged cycles (lab.records.pass_rate)."""
     rates = {}
@@ -80,7 +90,7 @@ def bucket_cycles(records, classify):
     """{bucket: [cycle numbers]} of the kernel's failures (lab errors apart)."""
     found = {}
     for record in records:
-        if provoked(record) or lab_error(record):
+        if provoked(record) or lab_error(record) or injected_unasked(record):
             continue
         if record.get("expected_verdict", records_module.PASS) != records_module.PASS \
                 and record.get("verdict") == records_module.PASS:
@@ -131,6 +141,9 @@ def report(previous, current, classify=None):
                 errors.setdefault(bucket, []).append(record["cycle"])
     lines += [f"lab error, not the kernel's (no regression): {bucket} (cycles {', '.join(map(str, cycles))})"
               for bucket, cycles in sorted(errors.items())]
+    lines += [f"fault injected on purpose (no regression): cycle {record['cycle']} "
+              f"{records_module.state_of(record)} ({', '.join(record.get(records_module.INJECTED_FIELD) or [])})"
+              for record in current if injected_unasked(record)]
     if not findings:
         lines.append("no regression")
     return findings, lines

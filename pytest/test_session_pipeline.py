@@ -13,6 +13,7 @@ import time
 import pytest
 
 from lab import modes, records as records_module, session as session_module
+from lab.errors import LabError
 from lab.records import ResultsWriteError
 from lab.session import Session
 
@@ -46,6 +47,7 @@ class Driven:
         self.log, self.number, self.guest, self.meta = log, number, guest, meta or {}
         self.judge_seconds, self.verdict, self.write_error = judge_seconds, verdict, write_error
         self.guest_usable = True
+        self.record = {"cycle": number, "status": "started"}  # what the drive knew (lab.cycle.DrivenCycle)
 
     def finish(self, sleepgraph_files=False):
         self.log.append(("judge-start", self.number, threading.current_thread().name))
@@ -187,3 +189,28 @@ def test_each_record_is_told_as_soon_as_it_is_written_not_after_the_next_cycle(m
         assert log.index(("recorded", number)) < log.index(("told", number, "judge_0")) \
             < log.index(("drive-end", number + 1))
     assert ("told", 3, "judge_0") in log
+
+
+def test_a_knob_the_guest_rejects_stops_the_run_and_is_never_rerun(monkeypatch):
+    """guest/pmlab-cycle refused cycle 2's knob (lab.cycle.drive_cycle gives
+    it verdict error, phase request, when its drive ends): the records so
+    far are handed out, then the session stops naming the guest's reason;
+    no cycle after it is driven and it is not rerun (issue 35)."""
+    session, log, _ = pipeline(monkeypatch)
+    drive = session_module.drive_cycle
+
+    def rejecting(guest, mode, number, *rest):
+        driven = drive(guest, mode, number, *rest)
+        if number == 2:
+            driven.record.update(status="done", verdict="error", phase=records_module.REQUEST,
+                                 reason="the guest rejected knob kfault='sda suspend -5 1': No such device")
+        return driven
+
+    monkeypatch.setattr(session_module, "drive_cycle", rejecting)
+    seen = []
+    with pytest.raises(LabError, match=r"cycle 2: the guest rejected knob kfault='sda suspend -5 1': No such "
+                                       r"device; the run stops \(a bad --inject"):
+        for record in session.cycles(((MEM, n, (), "pass") for n in range(1, 6)), reruns=2):
+            seen.append(record)
+    assert [r["cycle"] for r in seen] == [1, 2]
+    assert [number for kind, number, *_ in log if kind == "drive-start"] == [1, 2]

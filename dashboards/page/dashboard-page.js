@@ -679,8 +679,10 @@
 
   function failures(data) {
     var f = data.failures;
+    var injected = f.cycles.filter(function (r) { return (r.injected || []).length; }).length;
     document.getElementById('failures-note').textContent =
-      f.total + ' cycles did not pass' + (f.shown < f.total ? '; the newest ' + f.shown + ' are listed' : '') + '.';
+      f.total + ' cycles did not pass' + (f.shown < f.total ? '; the newest ' + f.shown + ' are listed' : '') +
+      (injected ? '; ' + injected + ' of those listed had a fault injected on purpose (not the kernel\'s fail)' : '') + '.';
     table(document.getElementById('table-failures'), [
       ['run', function (r) { return r.run_id; }],
       ['cycle', function (r) { return timelineLink(r, String(r.cycle)); }, 'num'],
@@ -688,7 +690,8 @@
       ['mode', function (r) { return r.mode; }],
       ['verdict', function (r) {
         return r.verdict +
-          (r.expected_verdict !== 'pass' ? ' (expected ' + r.expected_verdict + ')' : '');
+          (r.expected_verdict !== 'pass' ? ' (expected ' + r.expected_verdict + ')' : '') +
+          ((r.injected || []).length ? ' (fault injected: ' + r.injected.join(', ') + ')' : '');
       }],
       ['phase', function (r) { return r.phase; }],
       ['buckets', function (r) { return r.buckets.join(' '); }, 'text'],

@@ -91,6 +91,7 @@
       'pmlab cycle timeline: run ' + c.run_id + ', cycle ' + c.cycle + ' (' + c.mode + ')';
     var parts = ['verdict ' + (c.verdict || data.state) + (c.phase ? ' in ' + c.phase : '')];
     if (c.expected_verdict && c.expected_verdict !== 'pass') parts.push('expected ' + c.expected_verdict);
+    if ((data.injected || []).length) parts.push('fault injected: ' + data.injected.join(', '));
     if (data.no_trace) parts.push('no trace');
     else parts.push('suspend ' + ms(c.suspend_ms), 'resume ' + ms(c.resume_ms), 'trace span ' + ms(data.end_ms),
                     data.rows.length + ' devices');
@@ -149,6 +150,9 @@
   function findings() {
     var list = document.getElementById('findings-list');
     var c = data.cycle;
+    if ((data.injected || []).length)
+      list.appendChild(el('li', null, 'fault injected: ' + data.injected.join(', ') +
+        ' (on purpose: not the kernel\'s fail, left out of the pass rate)'));
     if (c.reason) list.appendChild(el('li', 'fail', 'reason: ' + c.reason));
     data.rows.forEach(function (row, index) {
       row.calls.forEach(function (call, callIndex) {
