@@ -69,9 +69,9 @@ def test_the_lava_engine_writes_the_same_field(tmp_path):
 
 
 def test_the_run_line_says_the_fault_was_injected():
-    line = lab_run.describe(dict(done(1, "fail", [KFAULT]), host_seconds=1.5))
+    line = lab_run.cycle_line(dict(done(1, "fail", [KFAULT]), host_seconds=1.5), "cycle 1/2")
     assert line.endswith("[fault injected: kfault=0000:00:0c.0 suspend -5 1]")
-    assert "injected" not in lab_run.describe(dict(done(2), host_seconds=1.5))
+    assert "injected" not in lab_run.cycle_line(dict(done(2), host_seconds=1.5), "cycle 2/2")
 
 
 # ------------------------------------------------------------ the dashboard
