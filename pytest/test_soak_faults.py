@@ -207,25 +207,37 @@ def test_sweep_spares_volumes_younger_than_the_oldest_guest():
         connection.close()
 
 
+def _during_cycle_2(tmp_path, artifacts, run_id, cycles, act, timeout):
+    """Start `./pmlab run --mode mem*CYCLES`, call act(process, cycles.jsonl)
+    once cycle 2 is under way, wait for the run's end: (exit code, the
+    cycles.jsonl path, the run's log)."""
+    results, log = str(tmp_path / "results"), str(tmp_path / "lab.log")
+    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", str(cycles), "--artifacts", artifacts), log)
+    path = os.path.join(results, run_id, "cycles.jsonl")
+    try:
+        _wait_for(lambda: _started_not_done(path, 2), 300, "cycle 2 starting", run, log)
+        time.sleep(0.3)  # inside the cycle
+        act(run, path)
+        return run.wait(timeout), path, log
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
 def test_qemu_killed_mid_cycle_is_recorded_and_the_run_continues(tmp_path, artifacts):
     """QEMU SIGKILLed during cycle 2: cycle 2 is the lab's `error` naming
     QEMU's exit (not a hang after the watchdog), cycles 3 and 4 pass in a
     fresh guest, and lab.run runs cycle 2 again after the plan (cycle 5,
     rerun_of 2): the kernel's sample is whole, so it exits 0."""
-    results, run_id = str(tmp_path / "results"), f"qemukill-{os.getpid()}"
-    log = str(tmp_path / "lab.log")
-    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "4", "--artifacts", artifacts), log)
-    path = os.path.join(results, run_id, "cycles.jsonl")
-    try:
-        _wait_for(lambda: _started_not_done(path, 2), 300, "cycle 2 starting", run, log)
-        time.sleep(0.3)
-        guest = next(r["guest"] for r in _lines(path) if r["cycle"] == 2)
-        with open(f"/run/libvirt/qemu/{guest}.pid") as pidfile:
+    run_id, killed = f"qemukill-{os.getpid()}", []
+
+    def kill_qemu(run, path):
+        killed.append(next(r["guest"] for r in _lines(path) if r["cycle"] == 2))
+        with open(f"/run/libvirt/qemu/{killed[0]}.pid") as pidfile:
             os.kill(int(pidfile.read()), signal.SIGKILL)
-        code = run.wait(600)
-    finally:
-        if run.poll() is None:
-            run.kill()
+
+    code, path, _ = _during_cycle_2(tmp_path, artifacts, run_id, 4, kill_qemu, 600)
+    guest = killed[0]
     records = _final(_lines(path))
     assert [r["verdict"] for r in records] == ["pass", "error", "pass", "pass", "pass"], _explain(records)
     assert records[1]["phase"] == "lab" and "QEMU exited" in records[1]["reason"], _explain(records)
@@ -239,18 +251,9 @@ def test_ctrl_c_mid_cycle_records_it_as_interrupted_and_exits_130(tmp_path, arti
     """SIGINT (Ctrl-C) while cycle 2 of 3 runs: lab.run records cycle 2 as
     interrupted (cycle 1 keeps its pass), says so, removes its guest and
     exits 130, not 1 (the code of a failed cycle)."""
-    results, run_id = str(tmp_path / "results"), f"sigint-{os.getpid()}"
-    log = str(tmp_path / "lab.log")
-    run = _start(_lab_run(results, run_id, "--mode", "mem", "--cycles", "3", "--artifacts", artifacts), log)
-    path = os.path.join(results, run_id, "cycles.jsonl")
-    try:
-        _wait_for(lambda: _started_not_done(path, 2), 300, "cycle 2 starting", run, log)
-        time.sleep(0.3)  # inside the cycle
-        run.send_signal(signal.SIGINT)
-        code = run.wait(300)
-    finally:
-        if run.poll() is None:
-            run.kill()
+    run_id = f"sigint-{os.getpid()}"
+    code, path, log = _during_cycle_2(tmp_path, artifacts, run_id, 3,
+                                      lambda run, path: run.send_signal(signal.SIGINT), 300)
     with open(log) as source:
         said = source.read()
     records = _final(_lines(path))
