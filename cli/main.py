@@ -119,8 +119,8 @@ root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
                   examples (--fuzz-share 25; the full run: all of them) and
                   its temporary files in /dev/shm (unless TMPDIR is set).
                   ./pmlab test --fast installs, builds and checks nothing
-                  first and needs no root: 880 tests on 2026-12-07, 39 s
-                  for ~590 on 2 idle cores, 3 min beside other jobs.
+                  first and needs no root: 946 tests on 2026-12-07, 65 s
+                  on 2 idle cores.
   --results DIR   results root of the guest tests' run and of junit.xml
                   (pytest's own name for it is --lab-results)
   --kernel SPEC [--series DIR|none]
