@@ -781,6 +781,12 @@ def did_as_expected(record):
     return state_of(record) == (record.get("expected_verdict") or PASS)
 
 
+def not_passed(records):
+    """The cycles a run lists as not passed: those that did not do as
+    expected, less the interrupted (the run stopped: no failure)."""
+    return [r for r in records if not did_as_expected(r) and state_of(r) != INTERRUPTED]
+
+
 def last_cycle(records):
     """The highest cycle number among records (0: none): a run continues after it."""
     return max((record["cycle"] for record in records), default=0)
@@ -887,7 +893,7 @@ def summarize(records):
     summary["failed_cycles"] = [
         {"cycle": r["cycle"], "mode": r.get("mode"), "verdict": state_of(r),
          "phase": r.get("phase"), "reason": r.get("reason")}
-        for r in records if not did_as_expected(r) and state_of(r) != INTERRUPTED]
+        for r in not_passed(records)]
     summary["expected_non_pass"] = [
         {"cycle": r["cycle"], "verdict": r["verdict"], "phase": r.get("phase")}
         for r in records if injected(r) and did_as_expected(r)]

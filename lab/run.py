@@ -36,7 +36,7 @@ from lab import request as request_mod
 from lab.errors import LabError
 from lab.records import (ERROR, FAIL, HANG, INJECTED_FIELD, INTERRUPTED, PASS, UNFINISHED, ResultsWriteError,
                          RunDir, RunExists,
-                         close_interrupted, cycles_path, did_as_expected, holds_run, injected, is_done, last_cycle,
+                         close_interrupted, cycles_path, holds_run, injected, is_done, last_cycle, not_passed,
                          new_run_id, not_as_expected, pass_rate, read_cycles, state_of, verdict_counts)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -438,12 +438,6 @@ def final_line(counts):
     return text
 
 
-def not_passed(records):
-    """The cycles the end of a run lists: those that did not do as
-    expected (a lab error a rerun made good too), not the interrupted."""
-    return [record for record in records if not did_as_expected(record) and state_of(record) != INTERRUPTED]
-
-
 def rerun_of(record, records):
     """The rerun of a cycle the lab failed, if the run has one."""
     return next((r for r in records if r.get("rerun_of") == record["cycle"]), None)
@@ -456,7 +450,9 @@ def failure_lines(record, records, run_id, pages):
     state = state_of(record)
     text = (f"  cycle {record['cycle']} {record.get('mode')}/{record.get('wake')}: {state.upper()}"
             f" in {record.get('phase') or 'unknown phase'}: {shorten(record.get('reason'))}")
-    if injected(record):
+    if record.get(INJECTED_FIELD):
+        text += f" (fault injected: {', '.join(record[INJECTED_FIELD])})"
+    elif injected(record):
         text += f" (injected: expected {record.get('expected_verdict')})"
     again = rerun_of(record, records)
     if again is not None:

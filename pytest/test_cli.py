@@ -244,7 +244,8 @@ def in_own_mounts(script):
     user namespace too), so it can mount without touching the machine's."""
     probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     if probe.returncode != 0:
-        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+        pytest.fail(f"unshare -rm (util-linux, lab/install-deps) cannot make a mount namespace here: "
+                    f"{probe.stderr.decode().strip()}", pytrace=False)
     return subprocess.run(["unshare", "-rm", "sh", "-ec", script], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
 

@@ -74,6 +74,12 @@ def test_the_run_line_says_the_fault_was_injected():
     assert "injected" not in lab_run.cycle_line(dict(done(2), host_seconds=1.5), "cycle 2/2")
 
 
+def test_the_end_of_the_run_names_the_injected_knobs_of_a_cycle_that_did_not_pass():
+    record = dict(done(1, "fail", [KFAULT]), phase="suspend", reason="callbacks returned errors")
+    (line,) = lab_run.failure_lines(record, [record], "r", {})
+    assert line.endswith("(fault injected: kfault=0000:00:0c.0 suspend -5 1)"), line
+
+
 # ------------------------------------------------------------ the dashboard
 
 @pytest.fixture(scope="module")

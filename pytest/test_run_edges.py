@@ -221,7 +221,7 @@ def test_injected_and_interrupted_cycles_are_named_in_the_count_line_only_when_t
     records = [mark_done(new_record("r", 1, MEM), verdict=PASS), injected, interrupted_record(3)]
     assert lab_run.final_line(lab_run.tally(records)) == \
         "3 cycles: 1 passed, 0 failed, 0 hung, 0 lab errors, 1 injected, 1 interrupted"
-    assert lab_run.not_passed(records) == []
+    assert records_module.not_passed(records) == []
 
 
 def test_json_prints_the_summary_alone_on_stdout(capsys):
