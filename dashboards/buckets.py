@@ -11,8 +11,13 @@ one verdict bucket plus flag buckets:
                                        it: "EIO (-5)", from the callbacks (lab.records), else
                                        suspend_stats, else the record's
                                        failed_callbacks, lab.records)
-    fail-in-device-check:<device>      a device guest's device did not work after
-                                       the resume (lab/devices.py)
+    fail-in-device-check:<device>:<mode>
+                                       a device guest's device did not work after
+                                       the resume (lab/devices.py): <mode> is the
+                                       mode of the cycle that broke it, this one's,
+                                       or for a device broken before the cycle the
+                                       breaking cycle's ("broken_since"), else
+                                       "before-cycle" (broke between cycles)
     fail-in-<phase>                    failed, no failing device known
     fake-sleep                         "echo mem" returned but there is no proof
                                        the guest slept (lab phase "sleep")
@@ -81,6 +86,18 @@ def failing_device(cycle):
     return None
 
 
+def broken_device(cycle):
+    """(device, mode that broke it) of a device-check failure, or None: a
+    device broken before the cycle (its before-probes) is charged to the
+    cycle that broke it, when the record knows it, not to this cycle's mode."""
+    before = [probe["device"] for probe in cycle.get("probes_before", ()) if not probe["ok"]]
+    if before:
+        since = (cycle.get("broken_since") or {}).get(before[0]) or {}
+        return before[0], since.get("mode") or "before-cycle"
+    after = [probe["device"] for probe in cycle.get("probes", ()) if not probe["ok"]]
+    return (after[0], cycle["mode"]) if after else None
+
+
 def error_class(reason):
     """Reason text -> a short stable class: the part before the first ": ",
     with numbers masked, at most 80 characters."""
@@ -103,9 +120,10 @@ def verdict_bucket(cycle):
     phase = phase_token(cycle["phase"])
     if phase == "sleep" or (cycle["reason"] or "").startswith("no proof of sleep"):
         return "fake-sleep"
-    broken = [probe["device"] for probe in cycle.get("probes", ()) if not probe["ok"]]
-    if phase == "device-check" and broken:  # lab.devices.PHASE: the device that did not work
-        return f"fail-in-{phase}:{broken[0]}"
+    if phase == "device-check":  # lab.devices.PHASE: the device that did not work
+        broken = broken_device(cycle)
+        if broken:
+            return f"fail-in-{phase}:{broken[0]}:{broken[1]}"
     failing = failing_device(cycle)
     if failing:
         return f"fail-in-{phase}:{failing[0]}:{errno_text(failing[1])}"

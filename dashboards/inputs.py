@@ -202,6 +202,9 @@ def normalise(record, default_run_id, manifest):
         "rerun_of": _int(record.get("rerun_of")),  # a rerun of a cycle the lab failed (lab.session)
         "devices": _str(record.get("devices")) or "lean",  # the guest's device set (lab/devices.py)
         "probes": _probes(record.get("probes")) if done else [],
+        "probes_before": _probes(record.get("probes_before")) if done else [],
+        # a device broken before the cycle: the cycle that broke it (lab.judge)
+        "broken_since": _broken_since(record.get("broken_since")) if done else {},
     }
 
 
@@ -211,6 +214,14 @@ def _probes(value):
         return []
     return [{"device": p["device"], "probe": p["probe"], "ok": p["ok"], "ms": _int(p.get("ms")),
              "error": _str(p.get("error"))} for p in value if isinstance(p, dict)]
+
+
+def _broken_since(value):
+    """{device: {"cycle", "mode"}} of the record's broken_since, the well-formed entries."""
+    if not isinstance(value, dict):
+        return {}
+    return {device: {"cycle": _int(since.get("cycle")), "mode": _str(since.get("mode"))}
+            for device, since in value.items() if isinstance(since, dict)}
 
 
 def _is_number(value):

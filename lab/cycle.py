@@ -268,7 +268,9 @@ class DrivenCycle:
             # (the record's "devices", Session._meta), not the guest's echo.
             record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
                                       self.cycle.token, self.boot_id,
-                                      device_set=record.get("devices", devices.DEFAULT)))
+                                      device_set=record.get("devices", devices.DEFAULT),
+                                      probe_history=record.get("probe_history"),
+                                      pmtest_tree=record.get("pmtest_tree")))
             if record["verdict"] == ERROR:
                 record["guest_usable"] = False
             if reply is not None and (sleepgraph_files or record["verdict"] != PASS):
@@ -297,6 +299,9 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     record = new_record(rundir.run_id, number, mode, guest=guest.name, host_start=iso(started),
                         knobs=[list(k) for k in knobs], guest_boot_id=guest.boot_id)
     record.update(meta or {})
+    if devices.probe_arguments(getattr(guest, "device_set", devices.DEFAULT)):
+        history = getattr(guest, "probe_history", {"broken": {}, "last_ok": None})
+        record["probe_history"] = {"broken": dict(history["broken"]), "last_ok": history["last_ok"]}
     rundir.append(record)
 
     cycle = Cycle(guest, mode, number, watchdogs, knobs, started, press, while_asleep)
@@ -366,7 +371,33 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         rejected = rejected_knob(reply.output) if reply is not None and reply.status != 0 else None
         if rejected:  # known now, so the session stops before driving another cycle
             record.update(verdict=ERROR, phase=records.REQUEST, reason=rejected)
+        elif reply is not None and "probe_history" in record and note_probes(guest, reply, number, mode):
+            # A device not working: the next cycle gets a fresh guest, so it
+            # tests its own mode instead of inheriting a dead device.
+            record["guest_usable"] = False
     return DrivenCycle(rundir, record, cycle, reply, events, evidence, guest.boot_id, guest.console.file_error)
+
+
+def note_probes(guest, reply, number, mode):
+    """Read a device guest's probes from its report as it arrives and note
+    in guest.probe_history what they show: a device that worked before the
+    suspend and not after the resume was broken by this cycle (["broken"]
+    {device: [cycle, mode]}); all working: ["last_ok"] [cycle, mode]. True
+    if a device did not work, before or after: the guest is then replaced."""
+    parts = guest_report.head_sections(reply.data or reply.output.encode())
+
+    def failed(section):
+        return {probe["device"] for probe in devices.parse_probes(parts.get(section)) if not probe["ok"]}
+
+    if "probes" not in parts:
+        return False  # the judge names what is missing
+    history = guest.probe_history
+    broke = failed("probes") - failed("probes_before")
+    for device in broke:
+        history["broken"].setdefault(device, [number, mode.name])
+    if not failed("probes"):
+        history["last_ok"] = [number, mode.name]
+    return bool(failed("probes") or failed("probes_before"))
 
 
 # libvirt's STOPPED details that mean QEMU went away by itself (a hibernating

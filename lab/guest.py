@@ -122,6 +122,8 @@ class Guest:
         self.xml = None
         self.boot_id = None
         self.boots = 0
+        # a device guest's devices as its cycles' probes left them (lab.cycle.note_probes)
+        self.probe_history = {"broken": {}, "last_ok": None}
         self.volumes = [name + suffix for suffix in virt.VOLUME_SUFFIXES[:4]]  # kernel, initramfs, swap, ssdt
         self.scratch = {device: name + suffix for device, suffix in device_sets.scratch_volumes(device_set).items()}
         self.volumes += list(self.scratch.values())

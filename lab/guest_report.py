@@ -50,6 +50,14 @@ def sections(text):
 RAW_SECTION = b"=== trace_raw\n"
 
 
+def head_sections(data):
+    """{section name: text} of the report's sections before its trace pages
+    (the probes among them): what the host reads the moment a cycle's
+    report arrives, before the pages are rendered."""
+    at = data.find(b"\n" + RAW_SECTION)
+    return sections((data if at < 0 else data[:at]).decode("utf-8", "replace"))
+
+
 def from_bytes(data):
     """The report as text, from the guest's bytes: a trace_raw section's binary
     pages become a trace section, as `cat trace` printed it. Pages that cannot

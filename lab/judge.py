@@ -76,7 +76,7 @@ def parse_report(text):
 
 
 def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None,
-          device_set=devices.DEFAULT):
+          device_set=devices.DEFAULT, probe_history=None, pmtest_tree=None):
     """The verdict fields of a finished cycle from what was observed: the
     guest's report text and exit status (report None: the guest booted afresh
     instead of resuming), the libvirt events [(time, kind, detail)], the
@@ -84,8 +84,12 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     sent and the guest's boot id before the cycle; `parsed`: the report's
     parse_report(), when the caller has it. `device_set`: the run request's
     device set (lab/devices.py), which says what probes the report must
-    hold; never the guest's own echo of them. Pure: recorded cycles can be
-    judged again (pytest/test_judge.py)."""
+    hold; never the guest's own echo of them. `probe_history`: what the
+    host knew of the guest's devices before the cycle (lab.cycle
+    probe_history), for the words on a device broken before it;
+    `pmtest_tree`: the request's --pmtest-tree (depth, fanout), whose
+    devices the trace must show. Pure: recorded cycles can be judged again
+    (pytest/test_judge.py)."""
     counts = {}
     for _, kind, _ in events:
         counts[kind] = counts.get(kind, 0) + 1
@@ -140,13 +144,27 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     probed = calls.observed(events_trace, evidence)
     if probed:  # the calls knob's functions that ran, per device and kernel
         result["calls"] = probed
-    broken, afterwards = [], ""
-    result.update(_probes(parts, device_set))
+    broken, afterwards, before_cycle = [], "", None
+    result.update(_probes(parts, device_set, "probes"))
+    result.update(_probes(parts, device_set, "probes_before"))
     if "probes" in result:  # a device guest: does every device still work?
         broken = devices.broken(result["probes"])
+    if result.get("probes_before") and "probes_before" not in parts:
+        before_cycle = (f"the guest's report has no probes_before section (the request's device set "
+                        f"asks for {len(result['probes_before'])} probes before the suspend)")
+    elif result.get("probes_before"):  # broken before the suspend: not this cycle's doing
+        before_cycle = _broken_before(devices.broken(result["probes_before"]), probe_history, result)
+        broken = [item for item in broken if item[0] not in result.get("broken_before", ())]
     if broken:  # named in whatever verdict the cycle gets
         result["broken_devices"] = [device for device, _, _ in broken]
         afterwards = f"; devices not working afterwards: {_broken(broken)}"
+    missing_tree = _missing_tree(pmtest_tree, result["phases"], sequences)
+    if missing_tree:
+        result.update(verdict=FAIL, phase="pmtest-tree", reason=missing_tree)
+        return result
+    if before_cycle:  # the devices it found broken are not this mode's failure
+        result.update(verdict=FAIL, phase=devices.PHASE, reason=before_cycle + afterwards)
+        return result
     entered = int(enter.get("status", "1"))
     result["enter_status"] = entered
     pressed = "powerbutton-sent" in dict(timeline)  # that the lab pressed; never when (host clock)
@@ -185,18 +203,65 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     return result
 
 
-def _probes(parts, device_set):
-    """{"probes": [...]} of a report: every probe the request's device set
-    asks for must have its line, whatever the guest says it was asked
-    (its "asked=" echo only stands in for a set that asks for none: a
+def _probes(parts, device_set, section):
+    """{section: [...]} of a report's "probes" (after the resume) or
+    "probes_before" (before the suspend) section: every probe the request's
+    device set asks for must have its line, whatever the guest says it was
+    asked (its "asked=" echo only stands in for a set that asks for none: a
     report recorded without the set); a report without the section fails
     every probe by name. {} when there is nothing to probe."""
     expected = devices.probe_arguments(device_set)
-    if "probes" not in parts:
-        return {"probes": [{"device": device, "probe": probe, "ok": False, "ms": None,
-                            "error": "the guest's report has no probes section"}
-                           for device, _, probe in (word.partition(":") for word in expected)]} if expected else {}
-    return {"probes": devices.parse_probes(parts["probes"], asked=expected or None)}
+    if section not in parts:
+        return {section: [{"device": device, "probe": probe, "ok": False, "ms": None,
+                           "error": f"the guest's report has no {section} section"}
+                          for device, _, probe in (word.partition(":") for word in expected)]} if expected else {}
+    return {section: devices.parse_probes(parts[section], asked=expected or None)}
+
+
+def _broken_before(broken, history, result):
+    """The reason's words for devices already broken before the suspend
+    ("sata-disk (disk) broken before the cycle (since cycle 2 (mem)): ..."),
+    or None; sets result["broken_before"] and, for a device the host saw a
+    cycle break, result["broken_since"] {device: {"cycle", "mode"}} (the
+    failure buckets name that cycle's mode, dashboards/buckets.py)."""
+    if not broken:
+        return None
+    history = history or {}
+    since_cycles = history.get("broken") or {}
+    last_ok = history.get("last_ok")
+    result["broken_before"] = [device for device, _, _ in broken]
+    words = []
+    for device, probe, error in broken:
+        if device in since_cycles:
+            number, mode = since_cycles[device]
+            result.setdefault("broken_since", {})[device] = {"cycle": number, "mode": mode}
+            since = f"since cycle {number} ({mode})"
+        elif last_ok:  # it worked after that cycle's resume: broken between the cycles
+            since = f"working after cycle {last_ok[0]} ({last_ok[1]})"
+        elif history:
+            since = "working when the guest booted"
+        else:
+            since = "no earlier probe known"
+        words.append(f"{device} ({probe}) broken before the cycle ({since}): {error}")
+    return "; ".join(words)
+
+
+def _missing_tree(tree, phases, sequences):
+    """Why the trace does not show the pmtest tree the request asked for
+    (--pmtest-tree: every device of every tree, pmtest_full.0 ..), or None.
+    Only a cycle that ran the device callbacks (dpm_suspend) can show it."""
+    if not tree or "dpm_suspend" not in phases:
+        return None
+    seen = {device.split(" ", 1)[0] for device in sequences}
+    size = "x".join(map(str, tree))
+    if not any(device.startswith("pmtest_") for device in seen):
+        return f"the guest has no pmtest devices, but the request asked for pmtest tree {size}"
+    missing = [f"{driver}.{index}" for driver, count in devices.tree_sizes(tuple(tree)).items()
+               for index in range(count) if f"{driver}.{index}" not in seen]
+    if missing:
+        return (f"the guest lacks {len(missing)} device(s) of the requested pmtest tree {size}: "
+                f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+    return None
 
 
 def _broken(broken):
@@ -210,14 +275,15 @@ def _described(failed):
 
 
 def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id,
-                     device_set=devices.DEFAULT):
+                     device_set=devices.DEFAULT, probe_history=None, pmtest_tree=None):
     """judge(), then the callback order against the seed's rules (lab/oracle):
     a cycle that slept and woke with callbacks out of order did not pass.
     The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
     through judge_reply); `./pmlab judge` (lab/rejudge.py) calls this again
     on a recorded run."""
     parsed = parse_report(report)
-    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed, device_set)
+    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed, device_set,
+                   probe_history, pmtest_tree)
     violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
     result.update(ordering_record(violations, checked))
     if violations and result["verdict"] == PASS:
@@ -225,14 +291,16 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     return result
 
 
-def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, device_set=devices.DEFAULT):
+def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, device_set=devices.DEFAULT,
+                probe_history=None, pmtest_tree=None):
     """judge_with_order on the guest's reply (None: booted afresh). Should
     the judge itself fail (a bug of ours, e.g. on a report it cannot read),
     the cycle is an `error` naming the exception, so it is still recorded
     and, not having passed, keeps its report (keep_evidence)."""
     try:
         return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
-                                events, evidence, timeline, token, boot_id, device_set)
+                                events, evidence, timeline, token, boot_id, device_set, probe_history,
+                                pmtest_tree)
     except Exception as error:
         return {"verdict": ERROR, "phase": "lab",
                 "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}

@@ -15,6 +15,8 @@ from recordings_util import records, report
 
 RECORDS = records()
 ASKED = devices.probe_arguments("zoo")
+# A real zoo guest's S3 with probes before the suspend and after the resume.
+ZOO_MEM = "zoo-mem-before"
 
 
 def _with_probes(text, section):
@@ -167,20 +169,21 @@ def test_recorded_device_guest_cycle_passes_with_every_device_probed():
     """A real zoo guest's S3 (pytest/recordings/record.py --zoo-only): judged
     again it passes, every device probed ok, the oracle finds nothing."""
     from lab.judge import judge_with_order
-    record = RECORDS["zoo-mem"]
-    result = judge_with_order(modes.parse_mode("mem"), report("zoo-mem"), 0, record_format.host_events(record),
+    record = RECORDS[ZOO_MEM]
+    result = judge_with_order(modes.parse_mode("mem"), report(ZOO_MEM), 0, record_format.host_events(record),
                               record["evidence"], record["timeline"], record["token"], record["guest_boot_id"],
                               device_set=record["devices"])
     assert (result["verdict"], result["ordering_violations"]) == ("pass", [])
     assert [(p["device"], p["ok"]) for p in result["probes"]] == [(d.name, True) for d in devices.ZOO]
+    assert [(p["device"], p["ok"]) for p in result["probes_before"]] == [(d.name, True) for d in devices.ZOO]
 
 
-def _judge_zoo_mem(text, device_set="zoo"):
+def _judge_zoo_mem(text, device_set="zoo", **history):
     from lab.judge import judge_with_order
-    record = RECORDS["zoo-mem"]
+    record = RECORDS[ZOO_MEM]
     return judge_with_order(modes.parse_mode("mem"), text, 0, record_format.host_events(record),
                             record["evidence"], record["timeline"], record["token"], record["guest_boot_id"],
-                            device_set=device_set)
+                            device_set=device_set, **history)
 
 
 def _without_section(text, name):
@@ -195,7 +198,7 @@ def test_a_device_guest_report_without_its_probes_section_fails():
     guest: a zoo cycle whose report lost its probes section fails in
     device-check, naming every device (it passed while the judge read the
     guest's own asked= echo)."""
-    result = _judge_zoo_mem(_without_section(report("zoo-mem"), "probes"))
+    result = _judge_zoo_mem(_without_section(report(ZOO_MEM), "probes"))
     assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
     assert {p["device"] for p in result["probes"]} == {d.name for d in devices.ZOO}
     assert "no probes section" in result["reason"] and "nvme-disk (disk)" in result["reason"]
@@ -205,11 +208,13 @@ def test_a_probes_section_that_echoes_less_than_was_asked_fails_naming_the_devic
     """The guest's asked= line and its probe lines both without nvme-disk:
     the request asked for it, so the cycle fails naming it; an asked= line
     alone (no probe lines) fails every device."""
-    text = report("zoo-mem")
-    lines = text.split("\n")
+    text = report(ZOO_MEM)
+    head, _, rest = text.partition("=== probes\n")  # the section after the resume
+    lines = rest.split("\n")
     cut = [line.replace(",nvme-disk:disk", "") if line.startswith("asked=") else line
            for line in lines if not line.startswith("nvme-disk ")]
     assert len(cut) == len(lines) - 1
+    cut = (head + "=== probes\n").split("\n") + cut
     result = _judge_zoo_mem("\n".join(cut))
     assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
     assert result["broken_devices"] == ["nvme-disk"]

@@ -45,6 +45,9 @@ CYCLES = [
 ZOO_CYCLES = [
     ("zoo-mem", "mem", None, ()),
     ("zoo-disk-kfault-freeze", "disk", None, [("kfault", "0000:00:1f.2 freeze -5 1")]),
+    # with the probes_before section (guest/pmlab-cycle probes before the
+    # suspend too); the first recording was a pc-seabios ./pmlab run's cycle 1
+    ("zoo-mem-before", "mem", None, ()),
 ]
 ZOO_FIRST = 300
 
