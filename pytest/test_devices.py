@@ -351,3 +351,107 @@ def test_the_device_guests_image_is_the_lean_one_with_the_devices_appended(tmp_p
     os.utime(extra, (os.path.getmtime(combined) + 10,) * 2)
     assert open(found.initrd_for("zoo"), "rb").read() == b"lean+zoo2"
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+
+
+# ------------------------------------------------------------ probes before and after
+
+def _sata_broken(text, sections=("probes_before", "probes")):
+    """The recorded report with sata-disk's probe failing in `sections`."""
+    out, section = [], None
+    for line in text.split("\n"):
+        if line.startswith("=== "):
+            section = line[4:]
+        if section in sections and line.startswith("sata-disk disk ok "):
+            line = "sata-disk disk fail 90 write to /dev/sdb failed: Input/output error"
+        out.append(line)
+    return "\n".join(out)
+
+
+def _normalised(result, cycle, mode):
+    from dashboards import inputs
+    record = {"run_id": "r", "cycle": cycle, "status": "done", "mode": mode, "devices": "zoo", **result}
+    return inputs.normalise(record, "r", None)
+
+
+def test_a_device_broken_before_the_cycle_is_charged_to_the_cycle_that_broke_it():
+    """The AHCI resume of issue 34: the disk died in cycle 1 (mem); a later
+    cycle whose before-probes find it dead fails in device-check naming
+    cycle 1, and its bucket names mem, not its own mode."""
+    from dashboards import buckets
+    result = _judge_zoo_mem(_sata_broken(report(ZOO_MEM)),
+                            probe_history={"broken": {"sata-disk": [1, "mem"]}, "last_ok": None})
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert result["reason"].startswith("sata-disk (disk) broken before the cycle (since cycle 1 (mem)): write to")
+    assert result["broken_before"] == ["sata-disk"] and "broken_devices" not in result
+    assert result["broken_since"] == {"sata-disk": {"cycle": 1, "mode": "mem"}}
+    assert "fail-in-device-check:sata-disk:mem" in buckets.classify(_normalised(result, 2, "freeze"))
+
+
+def test_a_device_broken_by_the_cycle_is_charged_to_its_mode():
+    from dashboards import buckets
+    result = _judge_zoo_mem(_sata_broken(report(ZOO_MEM), sections=("probes",)))
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert result["broken_devices"] == ["sata-disk"] and "broken_before" not in result
+    assert "fail-in-device-check:sata-disk:disk" in buckets.classify(_normalised(result, 3, "disk"))
+
+
+def test_a_device_broken_between_cycles_names_the_last_cycle_it_worked_after():
+    from dashboards import buckets
+    result = _judge_zoo_mem(_sata_broken(report(ZOO_MEM)), probe_history={"broken": {}, "last_ok": [4, "disk"]})
+    assert "sata-disk (disk) broken before the cycle (working after cycle 4 (disk))" in result["reason"]
+    assert "fail-in-device-check:sata-disk:before-cycle" in buckets.classify(_normalised(result, 5, "mem"))
+
+
+def test_a_device_guest_report_without_its_probes_before_section_fails():
+    """The issue's proof: a recorded device-guest report without its
+    before-probes fails, whatever its after-probes say."""
+    result = _judge_zoo_mem(_without_section(report(ZOO_MEM), "probes_before"))
+    assert (result["verdict"], result["phase"]) == ("fail", devices.PHASE)
+    assert "no probes_before section" in result["reason"]
+    assert all(p["ok"] for p in result["probes"])
+
+
+def test_the_gate_charges_a_broken_device_to_the_mode_that_broke_it():
+    """pipelines/compare.py's buckets: cycle 1 (mem) broke sata-disk, cycle
+    2 (freeze) found it broken before it began: one new bucket, mem's."""
+    from pipelines import compare
+    broke = _judge_zoo_mem(_sata_broken(report(ZOO_MEM), sections=("probes",)))
+    inherited = _judge_zoo_mem(_sata_broken(report(ZOO_MEM)),
+                               probe_history={"broken": {"sata-disk": [1, "mem"]}, "last_ok": None})
+    current = [{"run_id": "r", "cycle": n, "status": "done", "mode": mode, "devices": "zoo", **result}
+               for n, mode, result in ((1, "mem", broke), (2, "freeze", inherited))]
+    found = [f["bucket"] for f in compare.regressions([], current) if f["kind"] == "new-bucket"]
+    assert [b for b in found if b.startswith("fail-in-")] == ["fail-in-device-check:sata-disk:mem"]
+
+
+def test_the_requested_pmtest_tree_must_be_in_the_trace():
+    """--pmtest-tree is the request's: the recorded guest has pmtest's
+    default 2x2 trees, so asking for 2x2 passes and 3x2 fails naming the
+    first missing device."""
+    assert _judge_zoo_mem(report(ZOO_MEM), pmtest_tree=[2, 2])["verdict"] == "pass"
+    result = _judge_zoo_mem(report(ZOO_MEM), pmtest_tree=[3, 2])
+    assert (result["verdict"], result["phase"]) == ("fail", "pmtest-tree")
+    assert "pmtest tree 3x2: pmtest_full.7," in result["reason"]
+    no_pmtest = "\n".join(line for line in report(ZOO_MEM).split("\n") if "pmtest_" not in line)
+    assert "has no pmtest devices" in _judge_zoo_mem(no_pmtest, pmtest_tree=[2, 2])["reason"]
+
+
+class _Guest:
+    def __init__(self):
+        self.probe_history = {"broken": {}, "last_ok": None}
+
+
+def test_the_drive_notes_who_broke_a_device_and_replaces_the_guest():
+    """lab.cycle.note_probes, on the report as it arrives: all working is
+    noted as the last good cycle; a device that worked before the suspend
+    and not after is charged to the cycle, and the guest is not reused."""
+    from lab.cycle import note_probes
+    from lab.guest_agent import Reply
+    guest, text = _Guest(), report(ZOO_MEM)
+    assert not note_probes(guest, Reply(1, 0, text), 3, modes.parse_mode("freeze"))
+    assert guest.probe_history == {"broken": {}, "last_ok": [3, "freeze"]}
+    assert note_probes(guest, Reply(2, 0, _sata_broken(text, ("probes",))), 4, modes.parse_mode("mem"))
+    assert guest.probe_history == {"broken": {"sata-disk": [4, "mem"]}, "last_ok": [3, "freeze"]}
+    fresh = _Guest()  # broken before: replaced too, but charged to no cycle of its own
+    assert note_probes(fresh, Reply(3, 0, _sata_broken(text)), 5, modes.parse_mode("disk"))
+    assert fresh.probe_history == {"broken": {}, "last_ok": None}
