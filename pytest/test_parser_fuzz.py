@@ -388,6 +388,7 @@ DIGESTS = {
     'report-freeze-dmesg.txt.gz': '190370ea92d55435e73c61c09ebfd960ea0ac4f41318dae3f2ac00f81fffd9c8',
     'report-zoo-disk-kfault-freeze.txt.gz': '3391ebf23918e7ad4af0522e6a419884ea92e272a907d9a5d9f77aad2dea581c',
     'report-zoo-mem.txt.gz': 'f2c013fb4dc20d4bf81d34462cfea665c83b084a4211f983432206538391db6d',
+    'report-zoo-mem-before.txt.gz': 'eea1a4d1a99e74f170800b748dc7753df6868c08e4f71f9fe3fbba36ec3a5c68',
     'report-freeze-early-press.txt.gz': 'e074cd80f98fcd0a97eaca9177d4b02fcce8dcfe8c2f5ec1465938e7a9d5eddc',
     'report-freeze.txt.gz': '8457720d63325aa6f011d3f12e3970b2327a9b18beb76f6de5fb405c349dd99f',
     'report-mem-fault-resume.txt.gz': 'e1401659e15447f3d01a72b0f007a982322385456b4b80793fa27afdeb12122a',
