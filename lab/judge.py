@@ -158,13 +158,6 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     if broken:  # named in whatever verdict the cycle gets
         result["broken_devices"] = [device for device, _, _ in broken]
         afterwards = f"; devices not working afterwards: {_broken(broken)}"
-    missing_tree = _missing_tree(pmtest_tree, result["phases"], sequences)
-    if missing_tree:
-        result.update(verdict=FAIL, phase="pmtest-tree", reason=missing_tree)
-        return result
-    if before_cycle:  # the devices it found broken are not this mode's failure
-        result.update(verdict=FAIL, phase=devices.PHASE, reason=before_cycle + afterwards)
-        return result
     entered = int(enter.get("status", "1"))
     result["enter_status"] = entered
     pressed = "powerbutton-sent" in dict(timeline)  # that the lab pressed; never when (host clock)
@@ -176,6 +169,14 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
         if early:
             result.update(verdict=ERROR, phase="lab", reason=early)
             return result
+    # What the request asked the guest to have and to show, before what it did.
+    missing_tree = _missing_tree(pmtest_tree, result["phases"], sequences)
+    if missing_tree:
+        result.update(verdict=FAIL, phase="pmtest-tree", reason=missing_tree)
+        return result
+    if before_cycle:  # the devices it found broken are not this mode's failure
+        result.update(verdict=FAIL, phase=devices.PHASE, reason=before_cycle + afterwards)
+        return result
     if entered != 0:
         phase = stats_after.get("last_failed_step") if result["suspend_stats_delta"].get("fail") else None
         if not phase and failed:
