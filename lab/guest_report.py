@@ -13,8 +13,10 @@
                                 from_bytes() renders it into a trace section on arrival
   trace_raw_error               written by from_bytes() when the pages cannot be decoded
   dmesg                         the guest's kernel log since the previous report (lab/sleepgraph.py)
+  probes_before                 a device guest's probes before the suspend: guest/pmlab-probe's
+                                lines (lab/devices.py parses them)
   probes                        a device guest's probes after the resume: an "asked=" line,
-                                then guest/pmlab-probe's lines (lab/devices.py parses them)
+                                then guest/pmlab-probe's lines
   pmtest_log                    /sys/kernel/debug/pmtest/log (lab/pmtest_log.py)
   end                           present only if the script ran to its end
 """
