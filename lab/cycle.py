@@ -299,8 +299,8 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
     record = new_record(rundir.run_id, number, mode, guest=guest.name, host_start=iso(started),
                         knobs=[list(k) for k in knobs], guest_boot_id=guest.boot_id)
     record.update(meta or {})
-    if devices.probe_arguments(getattr(guest, "device_set", devices.DEFAULT)):
-        history = getattr(guest, "probe_history", {"broken": {}, "last_ok": None})
+    history = getattr(guest, "probe_history", None)  # lab.guest.Guest's; note_probes keeps it
+    if history is not None and devices.probe_arguments(getattr(guest, "device_set", devices.DEFAULT)):
         record["probe_history"] = {"broken": dict(history["broken"]), "last_ok": history["last_ok"]}
     rundir.append(record)
 
