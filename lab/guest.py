@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape
 
 from lab import console as console_text
 from lab import devices as device_sets
+from lab import hang
 from lab import virt
 from lab.guest_agent import Agent, AgentTimeout
 
@@ -315,6 +316,21 @@ class Guest:
             time.sleep(settle)
             printed += self.console.lines(mark)
         return printed
+
+    def ftrace_dump(self, timeout=30.0):
+        """sysrq 'z': the guest kernel prints its trace buffer (ftrace_dump())
+        to the console, between two rules of dashes, or "(ftrace buffer
+        empty)". On a hung guest this is the only way out for the
+        device_pm_callback_start events of the callback that never returned
+        (lab/hang.py). Returns the console lines printed, waiting up to
+        `timeout` s for the closing rule (the dump of a whole cycle is
+        hundreds of lines over the serial line)."""
+        mark = self.console.mark()
+        failed = [line for line in self.sysrq("z", settle=0.0) if line.startswith("sysrq z: ")]
+        deadline = time.monotonic() + timeout
+        while not failed and time.monotonic() < deadline and not hang.ftrace_dump_ended(self.console.lines(mark)):
+            time.sleep(0.2)
+        return failed + self.console.lines(mark)
 
     def destroy(self):
         self.agent.detach()

@@ -754,6 +754,24 @@ def failed_callbacks(record):
             for m in _OLD_FAILED_CALLBACK.finditer(reason)]
 
 
+# ------------------------------------------------------------------ where a hang is stuck
+
+# A hung cycle's callback that started and never returned (lab/hang.py reads
+# it from the hang dump): {"device", "driver", "callback", "function",
+# "since_s", "source"}, any of them null when the dump did not show it.
+STUCK_FIELD = "stuck"
+STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source")
+
+
+def stuck(record):
+    """The record's stuck callback (STUCK_FIELD) with every key, or None."""
+    found = record.get(STUCK_FIELD)
+    if not isinstance(found, dict) or not (isinstance(found.get("device"), str)
+                                           or isinstance(found.get("function"), str)):
+        return None
+    return {key: found.get(key) for key in STUCK_KEYS}
+
+
 # ------------------------------------------------------------------ counting
 
 def state_of(record):
