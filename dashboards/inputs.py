@@ -202,6 +202,8 @@ def normalise(record, default_run_id, manifest):
         "rerun_of": _int(record.get("rerun_of")),  # a rerun of a cycle the lab failed (lab.session)
         "devices": _str(record.get("devices")) or "lean",  # the guest's device set (lab/devices.py)
         "probes": _probes(record.get("probes")) if done else [],
+        # a hang's callback that never returned (lab/hang.py)
+        "stuck": records_module.stuck(record) if done else None,
     }
 
 

@@ -145,18 +145,19 @@ def where(dump):
     return found
 
 
-def reason(phase, stuck, detail):
-    """The hang's reason naming where it is stuck, e.g. "suspend hung:
-    pmtest_class.1 (pmtest) class[suspend] started 21.7 s before the trace
-    was dumped, never returned (pmtest_knobs_apply); <the watchdog's detail>"."""
-    if not stuck:
-        return detail
+def named(stuck):
+    """Where() in words: "pmtest_class.1 (pmtest) class[suspend] started
+    21.7 s before the trace was dumped, never returned (pmtest_knobs_apply)"."""
     if stuck.get("device"):
         driver = f" ({stuck['driver']})" if stuck.get("driver") else ""
-        since = f" started {stuck['since_s']:.1f} s before the trace was dumped," if stuck.get("since_s") is not None \
-            else " started,"
+        since = f" started {stuck['since_s']:.1f} s before the trace was dumped," \
+            if stuck.get("since_s") is not None else " started,"
         function = f" ({stuck['function']})" if stuck.get("function") else ""
-        named = f"{stuck['device']}{driver} {stuck['callback']}{since} never returned{function}"
-    else:
-        named = f"a device callback stuck in {stuck['function']} (no trace of which device)"
-    return f"{phase} hung: {named}; {detail}"
+        return f"{stuck['device']}{driver} {stuck['callback']}{since} never returned{function}"
+    return f"a device callback stuck in {stuck['function']} (no trace of which device)"
+
+
+def reason(phase, stuck, detail):
+    """A hang's reason: where it is stuck, then the watchdog's own detail,
+    e.g. "suspend hung: <named()>; guest not asleep ... within 15s"."""
+    return f"{phase} hung: {named(stuck)}; {detail}" if stuck else detail
