@@ -1,0 +1,188 @@
+"""Where a hang is stuck (lab/hang.py), from real hang dumps: the callback
+that started and never returned (the guest's trace, printed by sysrq 'z'),
+the driver function its task sleeps in (sysrq 'w'), and how the record, its
+reason, the failure bucket, the timeline page and ./pmlab judge name it.
+
+Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
+  hang-dump-sysrq-z.txt.gz    lean guest, --inject '1:delay=* suspend 40000'
+                              --watchdog suspend=15: the first pmtest callback
+                              of dpm_suspend (pmtest_class.1's class callback) hangs
+  hang-dump-zoo-async.txt.gz  device guest, --inject '1:delay=pmtest_async.7
+                              suspend 40000': an async leaf hangs, its parents wait
+  hang-zoo-cycle.json         that cycle's record as lab.cycle wrote it
+  hang-dump.txt               an older dump without the sysrq 'z' section
+"""
+
+import copy
+import json
+import os
+import re
+
+from dashboards import buckets, inputs, schemas, timeline
+from lab import hang, records, rejudge, trace
+from pipelines import compare
+from recordings_util import RECORDINGS, read
+
+LEAN = "hang-dump-sysrq-z.txt.gz"
+ZOO = "hang-dump-zoo-async.txt.gz"
+
+
+def zoo_record():
+    with open(os.path.join(RECORDINGS, "hang-zoo-cycle.json")) as source:
+        return json.load(source)
+
+
+def test_the_trace_names_the_callback_that_never_returned():
+    assert hang.where(read(LEAN)) == {
+        "device": "pmtest_class.1", "driver": "pmtest", "callback": "class[suspend]",
+        "function": "pmtest_knobs_apply", "since_s": 21.7, "source": "trace, sysrq w"}
+
+
+def test_an_async_callback_that_never_returned_is_named():
+    assert hang.where(read(ZOO)) == {
+        "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
+        "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, sysrq w"}
+
+
+def test_the_dump_is_read_as_the_trace_with_its_own_clock():
+    """Every line of the sysrq 'z' dump is an event; the clock is the
+    buffer's (µs since the cycle emptied it)."""
+    lines = read(LEAN).splitlines()
+    events, dumped_at = hang.ftrace_events(lines)
+    assert dumped_at == 26.955709
+    assert len(events) == 371 and events[0].name == "tracing_mark_write" and events[0].ts == 0.011563
+    assert hang.buffer_start(lines, events) == 5.196163 - 0.011563
+
+
+def test_without_the_cycle_begin_line_there_is_no_since():
+    text = "\n".join(line for line in read(LEAN).splitlines() if "pmlab: cycle 1 begin" not in line)
+    stuck = hang.where(text)
+    assert stuck["device"] == "pmtest_class.1" and stuck["since_s"] is None
+    assert "pmtest_class.1 (pmtest) class[suspend] started, never returned" in hang.named(stuck)
+
+
+def test_without_a_trace_the_stack_names_the_function_only():
+    """The older dump has no sysrq 'z': the blocked task running a PM
+    callback names the driver function, no device."""
+    assert hang.where(read("hang-dump.txt")) == {
+        "device": None, "driver": None, "callback": None, "function": "pmtest_cb_begin", "since_s": None,
+        "source": "sysrq w"}
+    assert hang.reason("suspend", hang.where(read("hang-dump.txt")), "guest not asleep") == \
+        "suspend hung: a device callback stuck in pmtest_cb_begin (no trace of which device); guest not asleep"
+
+
+def test_stale_frames_are_not_the_stack():
+    """The guess unwinder prints stale words as frames at a function's very
+    end (offset == size): pmtest_pm_quiesce+0xa/0xa is none of the calls."""
+    stacks = hang.task_stacks(read("hang-dump.txt").splitlines())
+    stuck = next(stack for stack in stacks if "dpm_run_callback" in stack)
+    assert stuck[:4] == ["__schedule", "schedule", "schedule_timeout", "msleep"]
+    assert "pmtest_pm_quiesce" not in stuck and "platform_find_device_by_driver" not in stuck
+    assert stuck[stuck.index("dpm_run_callback") - 1] == "pmtest_legacy_suspend"
+
+
+def test_nothing_open_and_no_callback_stack_names_nothing():
+    text = "\n".join(line for line in read(LEAN).splitlines()
+                     if "pmtest_class.1, parent: pmtest_class.0, class [suspend]" not in line
+                     and "dpm_run_callback" not in line)
+    assert hang.where(text) is None
+    assert hang.reason("suspend", None, "guest not asleep") == "guest not asleep"
+
+
+def _events(*lines):
+    return trace.parse("\n".join(f"kworker-1 [000] ..... {line}" for line in lines))
+
+
+def test_of_the_open_callbacks_the_one_with_no_open_child_is_stuck():
+    """A parent whose callback is open while its child's is (a resume: the
+    child waits in the PM core before it starts; a driver that waits for a
+    child itself) is waiting, not stuck; of several leaves, the first."""
+    events = _events(
+        "1.000000: device_pm_callback_start: drv A, parent: none, bus [resume]",
+        "1.500000: device_pm_callback_start: drv C, parent: none, bus [resume]",
+        "1.600000: device_pm_callback_end: drv C, err=0",
+        "2.000000: device_pm_callback_start: drv B, parent: A, bus [resume]",
+        "3.000000: device_pm_callback_start: drv D, parent: A, bus [resume]")
+    assert hang.stuck_call(events).name == "B"
+    assert hang.stuck_call(events[:3]).name == "A"
+    assert hang.stuck_call(events[1:3]) is None
+
+
+def test_the_sysrq_z_wait_ends_at_the_closing_rule():
+    lines = read(LEAN).splitlines()
+    start = next(i for i, line in enumerate(lines) if hang.FTRACE_BEGIN in line)
+    end = next(i for i in range(start + 2, len(lines)) if lines[i].endswith(hang.FTRACE_RULE))
+    assert not hang.ftrace_dump_ended(lines[start:end])
+    assert hang.ftrace_dump_ended(lines[start:end + 1])
+    assert hang.ftrace_dump_ended(["[ 9.1] Dumping ftrace buffer:", "[ 9.1]    (ftrace buffer empty)"])
+
+
+def test_the_record_names_where_and_the_schema_types_it():
+    record = zoo_record()
+    assert record["stuck"] == hang.where(read(ZOO))
+    assert record["reason"].startswith("suspend hung: pmtest_async.7 (pmtest_async) bus[suspend] started 21.9 s "
+                                       "before the trace was dumped, never returned (pmtest_knobs_apply); "
+                                       "guest not asleep")
+    assert records.stuck(record) == record["stuck"]
+    assert schemas.errors(schemas.CYCLE_RECORD, record) == []
+    bad = dict(record, stuck={"device": 7})
+    assert [path for path, _ in schemas.errors(schemas.CYCLE_RECORD, bad)] == [["stuck", "device"]]
+    assert records.stuck(dict(record, stuck="pmtest_async.7")) is None
+
+
+def test_the_bucket_names_the_device_and_callback():
+    record = zoo_record()
+    classify = compare.default_buckets()
+    assert "hang-in-suspend:pmtest_async.7 (pmtest_async):bus[suspend]" in classify(record)
+    assert buckets.kind_of("hang-in-suspend:pmtest_async.7 (pmtest_async):bus[suspend]") == "hang"
+    only_stack = dict(record, stuck=hang.where(read("hang-dump.txt")))
+    assert "hang-in-suspend:pmtest_cb_begin" in classify(only_stack)
+    assert "hang-in-suspend" in classify({k: v for k, v in record.items() if k != "stuck"})
+
+
+def test_the_commit_gate_reports_the_stuck_callback_as_new():
+    """A kernel's own hang (not injected) is a new bucket naming where."""
+    hung = {k: v for k, v in zoo_record().items() if k not in ("injected", "knobs")}
+    findings = compare.regressions([], [hung])
+    assert [f["bucket"] for f in findings if f["kind"] == "new-bucket"] == [
+        "hang-in-suspend:pmtest_async.7 (pmtest_async):bus[suspend]"]
+    normalised = inputs.normalise(copy.deepcopy(hung), "x", None)
+    assert normalised["stuck"]["device"] == "pmtest_async.7"
+
+
+def _run_with_the_zoo_hang(tmp_path):
+    record = zoo_record()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cycles.jsonl").write_text(json.dumps(record) + "\n")
+    (run / record["hang_dump"]).write_text(read(ZOO))
+    return run, record
+
+
+def test_the_timeline_page_of_a_hang_draws_its_dump_trace(tmp_path):
+    run, record = _run_with_the_zoo_hang(tmp_path)
+    path = timeline.write_run(str(run), [1])[(record["run_id"], 1)]
+    data = json.loads(re.search(r'id="timeline-data">(.*?)</script>', open(path).read(), re.S).group(1))
+    assert data["no_trace"] is None and data["state"] == "hang" and data["stuck"] == record["stuck"]
+    open_calls = [(row["device"], call["cb"]) for row in data["rows"] for call in row["calls"] if call["us"] is None]
+    assert open_calls == [("pmtest_async.7 (pmtest_async)", "bus[suspend]")]
+    assert len(data["rows"]) > 100 and data["hang_dump"] == "../" + record["hang_dump"]
+
+
+def test_a_hang_dump_without_a_trace_says_so_on_the_page(tmp_path):
+    run, record = _run_with_the_zoo_hang(tmp_path)
+    (run / record["hang_dump"]).write_text(read("hang-dump.txt"))
+    path = timeline.write_cycle(str(run), record)
+    data = json.loads(re.search(r'id="timeline-data">(.*?)</script>', open(path).read(), re.S).group(1))
+    assert data["no_trace"] == timeline.NO_TRACE_IN_DUMP and data["rows"] == []
+
+
+def test_judge_names_where_a_recorded_hang_is_stuck(tmp_path):
+    run, record = _run_with_the_zoo_hang(tmp_path)
+    (item,) = rejudge.rejudge_run(str(run))
+    assert item.new is None and item.old == ("hang", "suspend")
+    assert item.reason == ("no guest report: the host's watch decided it; suspend hung: pmtest_async.7 "
+                           "(pmtest_async) bus[suspend] started 21.9 s before the trace was dumped, "
+                           "never returned (pmtest_knobs_apply)")
+    os.remove(run / record["hang_dump"])
+    assert rejudge.rejudge_run(str(run))[0].reason == "no guest report: the host's watch decided it"
