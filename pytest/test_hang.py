@@ -18,6 +18,8 @@ import json
 import os
 import re
 
+import pytest
+
 from dashboards import buckets, inputs, schemas, timeline
 from lab import hang, records, rejudge, trace
 from pipelines import compare
@@ -186,3 +188,20 @@ def test_judge_names_where_a_recorded_hang_is_stuck(tmp_path):
                            "never returned (pmtest_knobs_apply)")
     os.remove(run / record["hang_dump"])
     assert rejudge.rejudge_run(str(run))[0].reason == "no guest report: the host's watch decided it"
+
+
+@pytest.mark.browser
+def test_the_hang_page_names_the_callback_and_draws_it_open(tmp_path):
+    from test_dashboard_page import Dom, chromium
+    run, record = _run_with_the_zoo_hang(tmp_path)
+    path = timeline.write_cycle(str(run), record)
+    stdout, stderr = chromium("file://" + path, "--dump-dom", "--window-size=1400,1000")
+    dom = Dom(stdout)
+    found = [text for text in dom.texts_in("findings-list") if text.startswith("never returned: ")]
+    assert found == ["never returned: pmtest_async.7 (pmtest_async) bus[suspend], started 21.9 s before the trace "
+                     "was dumped, stuck in pmtest_knobs_apply (from trace, sysrq w) "], stderr
+    (body,) = dom.attrs_of("body")
+    assert body.get("data-drawn") == "ready" and "data-errors" not in body, body
+    assert int(body["data-rows"]) > 100
+    assert "show" in dom.texts_in("findings-list")  # the jump to its open bar
+    assert [a for a in dom.attrs_of("rect") if "unfinished" in a.get("class", "").split()], "no open bar drawn"
