@@ -114,13 +114,17 @@ def task_stacks(lines):
 
 def stuck_function(lines):
     """The function a PM callback's task is stuck in: in the first task
-    whose stack runs through dpm_run_callback, the innermost frame inside
-    it that is not the kernel's own sleeping or waiting. None: no such task."""
+    whose stack runs through dpm_run_callback, the frame just outside the
+    kernel's own sleeping or waiting (msleep, schedule_timeout, ...) it is
+    in. Not simply the innermost frame of another name: a stale word can
+    sit among the scheduler's frames (to_kthread between __schedule and
+    schedule). None: no such task."""
     for stack in task_stacks(lines):
         if "dpm_run_callback" in stack:
             inside = stack[:stack.index("dpm_run_callback")]
-            own = [function for function in inside if not GENERIC.match(function)]
-            return own[0] if own else (inside[-1] if inside else None)
+            waits = [index for index, function in enumerate(inside) if GENERIC.match(function)]
+            callers = inside[waits[-1] + 1:] if waits else inside
+            return callers[0] if callers else (inside[-1] if inside else None)
     return None
 
 

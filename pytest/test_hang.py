@@ -10,6 +10,8 @@ Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
   hang-dump-zoo-async.txt.gz  device guest, --inject '1:delay=pmtest_async.7
                               suspend 40000': an async leaf hangs, its parents wait
   hang-zoo-cycle.json         that cycle's record as lab.cycle wrote it
+  hang-dump-async-stale-frame.txt.gz  lean guest, pmtest_async.7 delayed (the
+                              guest test's hang): a stale frame among the scheduler's
   hang-dump.txt               an older dump without the sysrq 'z' section
 """
 
@@ -27,6 +29,7 @@ from recordings_util import RECORDINGS, read
 
 LEAN = "hang-dump-sysrq-z.txt.gz"
 ZOO = "hang-dump-zoo-async.txt.gz"
+STALE = "hang-dump-async-stale-frame.txt.gz"
 
 
 def zoo_record():
@@ -44,6 +47,18 @@ def test_an_async_callback_that_never_returned_is_named():
     assert hang.where(read(ZOO)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
         "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, sysrq w"}
+
+
+def test_a_stale_frame_among_the_schedulers_is_not_the_function():
+    """The async worker's stack (lean guest, pmtest_async.7 delayed) has
+    to_kthread+0x8/0x10 between __schedule and schedule: the function is
+    the one outside msleep, not the first frame of another name."""
+    stacks = hang.task_stacks(read(STALE).splitlines())
+    worker = next(stack for stack in stacks if "dpm_run_callback" in stack)
+    assert worker[:3] == ["__schedule", "to_kthread", "schedule"]
+    assert hang.where(read(STALE)) == {
+        "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
+        "function": "pmtest_knobs_apply", "since_s": 21.4, "source": "trace, sysrq w"}
 
 
 def test_the_dump_is_read_as_the_trace_with_its_own_clock():
