@@ -12,6 +12,7 @@ Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
   hang-zoo-cycle.json         that cycle's record as lab.cycle wrote it
   hang-dump-async-stale-frame.txt.gz  lean guest, pmtest_async.7 delayed (the
                               guest test's hang): a stale frame among the scheduler's
+  hang-dump-disk-freeze.txt.gz  lean guest, disk, pmtest_async.7's freeze delayed
   hang-dump.txt               an older dump without the sysrq 'z' section
 """
 
@@ -47,6 +48,17 @@ def test_an_async_callback_that_never_returned_is_named():
     assert hang.where(read(ZOO)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
         "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, sysrq w"}
+
+
+def test_a_hibernation_freeze_that_never_returned_is_named():
+    """disk, --inject '1:delay=pmtest_async.7 freeze 40000' --watchdog
+    hibernate=20: the hang the watchdog sees as "domain still running"."""
+    stuck = hang.where(read("hang-dump-disk-freeze.txt.gz"))
+    assert stuck == {"device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[freeze]",
+                     "function": "pmtest_knobs_apply", "since_s": 26.6, "source": "trace, sysrq w"}
+    assert hang.reason("hibernate", stuck, "domain still running 20s after the request") == (
+        "hibernate hung: pmtest_async.7 (pmtest_async) bus[freeze] started 26.6 s before the trace was dumped, "
+        "never returned (pmtest_knobs_apply); domain still running 20s after the request")
 
 
 def test_a_stale_frame_among_the_schedulers_is_not_the_function():
