@@ -42,7 +42,7 @@ START_MARKER = "SUSPEND START"
 
 # A stack frame of a sysrq task dump: " ? msleep+0x13/0x19", " nvme_simple_suspend+0x1c/0x40 [nvme]".
 FRAME = re.compile(r"^\s*(?:\? )?(?P<function>[\w.]+)\+0x(?P<offset>[0-9a-f]+)/0x(?P<size>[0-9a-f]+)")
-TASK = re.compile(r"\btask:\S+\s+state:")
+TASK = re.compile(r"\btask:\S{1,64}\s+state:")  # bounded: no quadratic scan of a long line
 # What a callback's task waits or sleeps in: the kernel's, not the driver's.
 GENERIC = re.compile(
     r"^_*(?:schedule|msleep|usleep|ssleep|udelay|ndelay|mdelay|const_udelay|delay|wait|down|up|mutex|rwsem|"
