@@ -317,18 +317,24 @@ class Guest:
             printed += self.console.lines(mark)
         return printed
 
-    def ftrace_dump(self, timeout=30.0):
+    def ftrace_dump(self, timeout=30.0, start_timeout=5.0):
         """sysrq 'z': the guest kernel prints its trace buffer (ftrace_dump())
         to the console, between two rules of dashes, or "(ftrace buffer
         empty)". On a hung guest this is the only way out for the
         device_pm_callback_start events of the callback that never returned
         (lab/hang.py). Returns the console lines printed, waiting up to
         `timeout` s for the closing rule (the dump of a whole cycle is
-        hundreds of lines over the serial line)."""
+        hundreds of lines over the serial line), or start_timeout s for a
+        dump that never begins (a guest that takes no sysrq)."""
         mark = self.console.mark()
         failed = [line for line in self.sysrq("z", settle=0.0) if line.startswith("sysrq z: ")]
-        deadline = time.monotonic() + timeout
-        while not failed and time.monotonic() < deadline and not hang.ftrace_dump_ended(self.console.lines(mark)):
+        started = time.monotonic()
+        while not failed:
+            printed = self.console.lines(mark)
+            waited = time.monotonic() - started
+            if hang.ftrace_dump_ended(printed) or waited > timeout or \
+                    (waited > start_timeout and not any(hang.FTRACE_BEGIN in line for line in printed)):
+                break
             time.sleep(0.2)
         return failed + self.console.lines(mark)
 

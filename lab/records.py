@@ -764,12 +764,16 @@ STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source")
 
 
 def stuck(record):
-    """The record's stuck callback (STUCK_FIELD) with every key, or None."""
+    """The record's stuck callback (STUCK_FIELD) with every key, a value of
+    the wrong type as null; None when it names neither device nor function."""
     found = record.get(STUCK_FIELD)
-    if not isinstance(found, dict) or not (isinstance(found.get("device"), str)
-                                           or isinstance(found.get("function"), str)):
+    if not isinstance(found, dict):
         return None
-    return {key: found.get(key) for key in STUCK_KEYS}
+    since = found.get("since_s")
+    typed = {key: found.get(key) if isinstance(found.get(key), str) else None for key in STUCK_KEYS}
+    typed["since_s"] = since if isinstance(since, (int, float)) and not isinstance(since, bool) \
+        and math.isfinite(since) else None
+    return typed if typed["device"] or typed["function"] else None
 
 
 # ------------------------------------------------------------------ counting

@@ -157,6 +157,10 @@ def test_the_record_names_where_and_the_schema_types_it():
     bad = dict(record, stuck={"device": 7})
     assert [path for path, _ in schemas.errors(schemas.CYCLE_RECORD, bad)] == [["stuck", "device"]]
     assert records.stuck(dict(record, stuck="pmtest_async.7")) is None
+    # a value of the wrong type is no value (the page and the bucket use them as typed)
+    damaged = records.stuck(dict(record, stuck=dict(record["stuck"], since_s="21.9", callback=["x"])))
+    assert damaged == dict(record["stuck"], since_s=None, callback=None)
+    assert records.stuck(dict(record, stuck={"device": None, "function": 3})) is None
 
 
 def test_the_bucket_names_the_device_and_callback():
