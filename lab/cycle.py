@@ -347,9 +347,13 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         if guest.running():
             dump.append(guest.qemu_state())
             # The guest kernel's own view: blocked tasks, then all tasks.
-            dump.append("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")))
-            # its trace buffer: which device callback started and never ended (lab/hang.py)
-            dump.append("\n## guest sysrq z\n" + "\n".join(guest.ftrace_dump()))
+            tasks = guest.sysrq("wt")
+            dump.append("\n## guest sysrq w, t\n" + "\n".join(tasks))
+            if hang_dump.took_sysrq(tasks):
+                # its trace buffer: which device callback started and never ended (lab/hang.py)
+                dump.append("\n## guest sysrq z\n" + "\n".join(guest.ftrace_dump()))
+            else:  # device interrupts off (a noirq phase): an NMI panics it, printing stack and trace
+                dump.append("\n## guest NMI (no sysrq answer)\n" + "\n".join(guest.nmi_dump()))
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
         dump_text = "\n".join(dump) + "\n"

@@ -338,6 +338,22 @@ class Guest:
             time.sleep(0.2)
         return failed + self.console.lines(mark)
 
+    def nmi_dump(self, timeout=30.0):
+        """For a guest that takes no sysrq (device interrupts off): an NMI,
+        which guest/init's unknown_nmi_panic makes a panic that prints the
+        interrupted CPU's stack and (panic_print) the trace buffer. Returns
+        the console lines printed, waiting up to `timeout` s for the end of
+        the trace dump."""
+        mark = self.console.mark()
+        try:
+            self.dom.injectNMI(0)
+        except libvirt.libvirtError as error:  # best effort: this runs on a guest already in trouble
+            return [f"NMI: {error}"]
+        started = time.monotonic()
+        while time.monotonic() - started < timeout and not hang.ftrace_dump_ended(self.console.lines(mark)):
+            time.sleep(0.2)
+        return self.console.lines(mark)
+
     def destroy(self):
         self.agent.detach()
         if self.dom is not None:

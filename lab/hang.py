@@ -2,17 +2,18 @@
 returned, read from the hang dump (lab/cycle.py) of a guest that no longer
 answers.
 
-Sources, best first:
+Sources:
   the trace buffer, printed by sysrq 'z' (ftrace_dump()): the guest traces
       device_pm_callback_start/_end (guest/init); a start with no end is a
       callback still running. With async suspend a parent waits for its
       children before its own callback starts, so an open start is one
       that runs; of several, the one with no open child, started first.
-  pm_print_times "calling" lines on the console (--inject N:print_times=1)
-      with no "returned" line after them.
-  sysrq 'w': the blocked task whose stack runs through dpm_run_callback
-      names the driver function it is stuck in (the only source when the
-      trace is missing; it names no device).
+  sysrq 'w' (or 't'): the blocked task whose stack runs through
+      dpm_run_callback names the driver function it is stuck in (the only
+      source when the trace is missing; it names no device).
+A guest in a phase with device interrupts off (noirq) takes no sysrq: the
+host then sends an NMI, which guest/init makes a panic that prints the
+stuck CPU's stack and the trace buffer; both are read the same way.
 """
 
 import re
@@ -22,6 +23,11 @@ from lab import console, trace
 FTRACE_BEGIN = "Dumping ftrace buffer:"
 FTRACE_RULE = "-" * 33
 FTRACE_EMPTY = "(ftrace buffer empty)"
+
+
+def took_sysrq(lines):
+    """Did the guest answer a sysrq (its "sysrq: " line among `lines`)?"""
+    return any("sysrq: " in line for line in lines)
 
 
 def ftrace_dump_ended(lines):
@@ -42,7 +48,9 @@ START_MARKER = "SUSPEND START"
 
 # A stack frame of a sysrq task dump: " ? msleep+0x13/0x19", " nvme_simple_suspend+0x1c/0x40 [nvme]".
 FRAME = re.compile(r"^\s*(?:\? )?(?P<function>[\w.]+)\+0x(?P<offset>[0-9a-f]+)/0x(?P<size>[0-9a-f]+)")
-TASK = re.compile(r"\btask:\S{1,64}\s+state:")  # bounded: no quadratic scan of a long line
+# A stack's header: sysrq w/t's task line, or the "CPU: 0 PID: 63 Comm: ..." of a panic's
+# (an NMI's) backtrace; bounded, no quadratic scan of a long line.
+TASK = re.compile(r"\btask:\S{1,64}\s+state:|\bCPU: \d{1,6} PID: \d{1,9} Comm: ")
 # What a callback's task waits or sleeps in: the kernel's, not the driver's.
 GENERIC = re.compile(
     r"^_*(?:schedule|msleep|usleep|ssleep|udelay|ndelay|mdelay|const_udelay|delay|wait|down|up|mutex|rwsem|"
@@ -139,11 +147,11 @@ def where(dump):
     if call is None and function is None:
         return None
     found = {"device": None, "driver": None, "callback": None, "function": function, "since_s": None,
-             "source": "sysrq w"}
+             "source": "stack"}
     if call is not None:
         start = buffer_start(lines, events)
         found.update(device=call.name, driver=call.driver.strip() or None, callback=call.label,
-                     source="trace" if function is None else "trace, sysrq w")
+                     source="trace" if function is None else "trace, stack")
         if start is not None and dumped_at is not None:
             found["since_s"] = round(dumped_at - (start + call.ts), 1)
     return found

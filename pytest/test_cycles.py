@@ -105,6 +105,33 @@ def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
         session.close()
 
 
+NOIRQ_HANG_CYCLE = 9003
+
+
+def test_a_noirq_hang_is_named_after_an_nmi(lab_run):
+    """A callback stuck with device interrupts off (a pmtest noirq delay)
+    takes no sysrq: the host's NMI panics the guest (guest/init), whose
+    stack and trace buffer still name the callback (lab/hang.py)."""
+    from lab.session import Session
+    defaults = lab_run["watchdogs"]
+    watchdogs = Watchdogs(boot=defaults.boot, suspend=HANG_WATCHDOG, resume=defaults.resume,
+                          hibernate=defaults.hibernate, restore=defaults.restore)
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      watchdogs, lab_run["worker"] + "-noirq", connection=lab_run["connection"])
+    try:
+        hung = session.cycle(modes.parse_mode("mem"), NOIRQ_HANG_CYCLE,
+                             [("delay", f"{HANG_DEVICE} suspend_noirq {HANG_DELAY_MS}")], expect="hang")
+        assert hung["verdict"] == "hang", _explain(hung)
+        with open(os.path.join(lab_run["rundir"].path, hung["hang_dump"])) as text:
+            parts = sections(text.read())
+        assert "Kernel panic - not syncing: NMI" in parts.get("## guest NMI (no sysrq answer)", ""), sorted(parts)
+        stuck = hung["stuck"]
+        assert (stuck["device"], stuck["callback"], stuck["function"]) == \
+            (HANG_DEVICE, "noirq driver[suspend]", "pmtest_knobs_apply"), _explain(hung)
+    finally:
+        session.close()
+
+
 TREE_CYCLE = 9011
 
 

@@ -13,6 +13,8 @@ Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
   hang-dump-async-stale-frame.txt.gz  lean guest, pmtest_async.7 delayed (the
                               guest test's hang): a stale frame among the scheduler's
   hang-dump-disk-freeze.txt.gz  lean guest, disk, pmtest_async.7's freeze delayed
+  hang-dump-noirq-nmi.txt.gz  lean guest, pmtest_async.7's suspend_noirq delayed:
+                              no sysrq answer, the host's NMI panicked it
   hang-dump.txt               an older dump without the sysrq 'z' section
 """
 
@@ -26,11 +28,13 @@ import pytest
 from dashboards import buckets, inputs, schemas, timeline
 from lab import hang, records, rejudge, trace
 from pipelines import compare
+from hang_evidence import sections
 from recordings_util import RECORDINGS, read
 
 LEAN = "hang-dump-sysrq-z.txt.gz"
 ZOO = "hang-dump-zoo-async.txt.gz"
 STALE = "hang-dump-async-stale-frame.txt.gz"
+NMI = "hang-dump-noirq-nmi.txt.gz"
 
 
 def zoo_record():
@@ -41,13 +45,13 @@ def zoo_record():
 def test_the_trace_names_the_callback_that_never_returned():
     assert hang.where(read(LEAN)) == {
         "device": "pmtest_class.1", "driver": "pmtest", "callback": "class[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.7, "source": "trace, sysrq w"}
+        "function": "pmtest_knobs_apply", "since_s": 21.7, "source": "trace, stack"}
 
 
 def test_an_async_callback_that_never_returned_is_named():
     assert hang.where(read(ZOO)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, sysrq w"}
+        "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, stack"}
 
 
 def test_a_hibernation_freeze_that_never_returned_is_named():
@@ -55,10 +59,25 @@ def test_a_hibernation_freeze_that_never_returned_is_named():
     hibernate=20: the hang the watchdog sees as "domain still running"."""
     stuck = hang.where(read("hang-dump-disk-freeze.txt.gz"))
     assert stuck == {"device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[freeze]",
-                     "function": "pmtest_knobs_apply", "since_s": 26.6, "source": "trace, sysrq w"}
+                     "function": "pmtest_knobs_apply", "since_s": 26.6, "source": "trace, stack"}
     assert hang.reason("hibernate", stuck, "domain still running 20s after the request") == (
         "hibernate hung: pmtest_async.7 (pmtest_async) bus[freeze] started 26.6 s before the trace was dumped, "
         "never returned (pmtest_knobs_apply); domain still running 20s after the request")
+
+
+def test_a_noirq_hang_is_named_from_the_nmi_panic():
+    """noirq: device interrupts are off, the guest took no sysrq (its w/t
+    section is empty); the host's NMI panicked it (guest/init:
+    unknown_nmi_panic, panic_print=16), printing the interrupted CPU's stack
+    (delay_tsc under pmtest_knobs_apply) and the trace buffer."""
+    text = read(NMI)
+    parts = sections(text)
+    assert not hang.took_sysrq(parts["## guest sysrq w, t"].splitlines())
+    assert "Kernel panic - not syncing: NMI: Not continuing" in parts["## guest NMI (no sysrq answer)"]
+    assert hang.where(text) == {
+        "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "noirq driver[suspend]",
+        "function": "pmtest_knobs_apply", "since_s": 21.6, "source": "trace, stack"}
+    assert hang.took_sysrq(read(LEAN).splitlines())
 
 
 def test_a_stale_frame_among_the_schedulers_is_not_the_function():
@@ -70,7 +89,7 @@ def test_a_stale_frame_among_the_schedulers_is_not_the_function():
     assert worker[:3] == ["__schedule", "to_kthread", "schedule"]
     assert hang.where(read(STALE)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.4, "source": "trace, sysrq w"}
+        "function": "pmtest_knobs_apply", "since_s": 21.4, "source": "trace, stack"}
 
 
 def test_the_dump_is_read_as_the_trace_with_its_own_clock():
@@ -95,7 +114,7 @@ def test_without_a_trace_the_stack_names_the_function_only():
     callback names the driver function, no device."""
     assert hang.where(read("hang-dump.txt")) == {
         "device": None, "driver": None, "callback": None, "function": "pmtest_cb_begin", "since_s": None,
-        "source": "sysrq w"}
+        "source": "stack"}
     assert hang.reason("suspend", hang.where(read("hang-dump.txt")), "guest not asleep") == \
         "suspend hung: a device callback stuck in pmtest_cb_begin (no trace of which device); guest not asleep"
 
@@ -148,7 +167,8 @@ def test_the_sysrq_z_wait_ends_at_the_closing_rule():
 
 def test_the_record_names_where_and_the_schema_types_it():
     record = zoo_record()
-    assert record["stuck"] == hang.where(read(ZOO))
+    # recorded when the source was called "trace, sysrq w" (now "trace, stack": an NMI's stack too)
+    assert dict(record["stuck"], source="trace, stack") == hang.where(read(ZOO))
     assert record["reason"].startswith("suspend hung: pmtest_async.7 (pmtest_async) bus[suspend] started 21.9 s "
                                        "before the trace was dumped, never returned (pmtest_knobs_apply); "
                                        "guest not asleep")
