@@ -15,6 +15,8 @@ Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
   hang-dump-disk-freeze.txt.gz  lean guest, disk, pmtest_async.7's freeze delayed
   hang-dump-noirq-nmi.txt.gz  lean guest, pmtest_async.7's suspend_noirq delayed:
                               no sysrq answer, the host's NMI panicked it
+  hang-dump-nvme-freeze.txt.gz  device guest, disk, a kernel whose nvme freeze
+                              callback never returns (the corpus's regression)
   hang-dump.txt               an older dump without the sysrq 'z' section
 """
 
@@ -52,6 +54,21 @@ def test_an_async_callback_that_never_returned_is_named():
     assert hang.where(read(ZOO)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
         "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, stack"}
+
+
+def test_a_real_driver_whose_freeze_never_returns_is_named():
+    """nvme-pci with a corpus regression (its freeze callback loops forever,
+    the corpus helper's kernel), device guest, disk --watchdog hibernate=40:
+    the issue's example, named from the trace and the worker's stack (a
+    stale nvme_shutdown+0xe/0xe among the scheduler's frames skipped)."""
+    stuck = hang.where(read("hang-dump-nvme-freeze.txt.gz"))
+    assert stuck == {"device": "0000:00:0c.0", "driver": "nvme", "callback": "bus[freeze]",
+                     "function": "nvme_simple_suspend", "since_s": 46.7, "source": "trace, stack"}
+    assert hang.reason("hibernate", stuck, "domain still running 40s after the request") == (
+        "hibernate hung: 0000:00:0c.0 (nvme) bus[freeze] started 46.7 s before the trace was dumped, never "
+        "returned (nvme_simple_suspend); domain still running 40s after the request")
+    hung = {"cycle": 1, "status": "done", "mode": "disk", "verdict": "hang", "phase": "hibernate", "stuck": stuck}
+    assert compare.default_buckets()(hung) == ["hang-in-hibernate:0000:00:0c.0 (nvme):bus[freeze]"]
 
 
 def test_a_hibernation_freeze_that_never_returned_is_named():
