@@ -35,6 +35,7 @@ def ftrace_dump_ended(lines):
     return any(FTRACE_EMPTY in line for line in lines) or \
         sum(line.rstrip().endswith(FTRACE_RULE) for line in lines) >= 2
 
+
 # ftrace_dump() prints the latency format, time in µs since the buffer was
 # last emptied (guest/pmlab-cycle empties it as a cycle starts):
 #   "pmlab-ag-63        0..... 54676us : device_pm_callback_start: pmtest pmtest_class.1, parent: ..."
@@ -121,7 +122,9 @@ def task_stacks(lines):
 
 
 def stuck_function(lines):
-    """The function a PM callback's task is stuck in: in the first task
+    """The function a PM callback's task is stuck in (of several such
+    tasks, the first: it may be another device's than stuck_call()'s when
+    more than one hangs): in the first task
     whose stack runs through dpm_run_callback, the frame just outside the
     kernel's own sleeping or waiting (msleep, schedule_timeout, ...) it is
     in. Not simply the innermost frame of another name: a stale word can
