@@ -48,7 +48,8 @@ CYCLE_BEGIN = re.compile(r"pmlab: cycle \d+ begin")
 START_MARKER = "SUSPEND START"
 
 # A stack frame of a sysrq task dump: " ? msleep+0x13/0x19", " nvme_simple_suspend+0x1c/0x40 [nvme]".
-FRAME = re.compile(r"^\s*(?:\? )?(?P<function>[\w.]+)\+0x(?P<offset>[0-9a-f]+)/0x(?P<size>[0-9a-f]+)")
+FRAME = re.compile(r"^\s*(?:\? )?(?P<function>[\w.]+)\+0x(?P<offset>[0-9a-f]+)/0x(?P<size>[0-9a-f]+)"
+                   r"(?: \[(?P<module>\w+)\])?")
 # A stack's header: sysrq w/t's task line, or the "CPU: 0 PID: 63 Comm: ..." of a panic's
 # (an NMI's) backtrace; bounded, no quadratic scan of a long line.
 TASK = re.compile(r"\btask:\S{1,64}\s+state:|\bCPU: \d{1,6} PID: \d{1,9} Comm: ")
@@ -105,10 +106,11 @@ def stuck_call(events):
     return min(leaves, key=lambda call: call.ts) if leaves else None
 
 
-def task_stacks(lines):
+def task_stacks(lines, modules=None):
     """[[frame function, ...] innermost first] of each task in sysrq w/t
     output; frames whose offset is the function's size are left out (a
-    stale word on the stack, the guess unwinder's, no return address)."""
+    stale word on the stack, the guess unwinder's, no return address).
+    modules: a dict to fill with {function: its module} ("[nvme]")."""
     stacks = []
     for line in lines:
         text = console.strip_timestamp(line)
@@ -118,10 +120,12 @@ def task_stacks(lines):
         match = FRAME.match(text)
         if match and stacks and match["offset"] != match["size"]:
             stacks[-1].append(match["function"])
+            if modules is not None and match["module"]:
+                modules[match["function"]] = match["module"]
     return stacks
 
 
-def stuck_function(lines):
+def stuck_function(lines, modules=None):
     """The function a PM callback's task is stuck in (of several such
     tasks, the first: it may be another device's than stuck_call()'s when
     more than one hangs): in the first task
@@ -130,7 +134,7 @@ def stuck_function(lines):
     in. Not simply the innermost frame of another name: a stale word can
     sit among the scheduler's frames (to_kthread between __schedule and
     schedule). None: no such task."""
-    for stack in task_stacks(lines):
+    for stack in task_stacks(lines, modules):
         if "dpm_run_callback" in stack:
             inside = stack[:stack.index("dpm_run_callback")]
             waits = [index for index, function in enumerate(inside) if GENERIC.match(function)]
@@ -146,11 +150,13 @@ def where(dump):
     lines = dump.splitlines()
     events, dumped_at = ftrace_events(lines)
     call = stuck_call(events)
-    function = stuck_function(lines)
+    modules = {}
+    function = stuck_function(lines, modules)
     if call is None and function is None:
         return None
-    found = {"device": None, "driver": None, "callback": None, "function": function, "since_s": None,
-             "source": "stack"}
+    # without the trace, the function's module is the one hint of its driver
+    found = {"device": None, "driver": modules.get(function), "callback": None, "function": function,
+             "since_s": None, "source": "stack"}
     if call is not None:
         start = buffer_start(lines, events)
         found.update(device=call.name, driver=call.driver.strip() or None, callback=call.label,
@@ -169,7 +175,8 @@ def named(stuck):
             if stuck.get("since_s") is not None else " started,"
         function = f" ({stuck['function']})" if stuck.get("function") else ""
         return f"{stuck['device']}{driver} {stuck['callback']}{since} never returned{function}"
-    return f"a device callback stuck in {stuck['function']} (no trace of which device)"
+    module = f" of {stuck['driver']}" if stuck.get("driver") else ""
+    return f"a device callback{module} stuck in {stuck['function']} (no trace of which device)"
 
 
 def reason(phase, stuck, detail):

@@ -17,6 +17,8 @@ Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
                               no sysrq answer, the host's NMI panicked it
   hang-dump-nvme-freeze.txt.gz  device guest, disk, a kernel whose nvme freeze
                               callback never returns (the corpus's regression)
+  hang-dump-nvme-no-trace.txt.gz  the corpus helper's dump of that regression
+                              (/tmp/corpus-hang-dump-nvme.txt), written without sysrq 'z'
   hang-dump.txt               an older dump without the sysrq 'z' section
 """
 
@@ -130,10 +132,22 @@ def test_without_a_trace_the_stack_names_the_function_only():
     """The older dump has no sysrq 'z': the blocked task running a PM
     callback names the driver function, no device."""
     assert hang.where(read("hang-dump.txt")) == {
-        "device": None, "driver": None, "callback": None, "function": "pmtest_cb_begin", "since_s": None,
+        "device": None, "driver": "pmtest", "callback": None, "function": "pmtest_cb_begin", "since_s": None,
         "source": "stack"}
     assert hang.reason("suspend", hang.where(read("hang-dump.txt")), "guest not asleep") == \
-        "suspend hung: a device callback stuck in pmtest_cb_begin (no trace of which device); guest not asleep"
+        "suspend hung: a device callback of pmtest stuck in pmtest_cb_begin (no trace of which device); " \
+        "guest not asleep"
+
+
+def test_the_corpus_nvme_hang_without_a_trace_names_the_driver_function():
+    """The corpus helper's own dump of its nvme freeze regression, written by
+    the lab before this change (no sysrq 'z'): the stack names nvme's
+    function and its module, no device."""
+    stuck = hang.where(read("hang-dump-nvme-no-trace.txt.gz"))
+    assert stuck == {"device": None, "driver": "nvme", "callback": None, "function": "nvme_simple_suspend",
+                     "since_s": None, "source": "stack"}
+    hung = {"cycle": 3, "status": "done", "mode": "disk", "verdict": "hang", "phase": "hibernate", "stuck": stuck}
+    assert compare.default_buckets()(hung) == ["hang-in-hibernate:nvme_simple_suspend"]
 
 
 def test_stale_frames_are_not_the_stack():
