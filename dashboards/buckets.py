@@ -21,7 +21,10 @@ one verdict bucket plus flag buckets:
     fail-in-<phase>                    failed, no failing device known
     fake-sleep                         "echo mem" returned but there is no proof
                                        the guest slept (lab phase "sleep")
-    hang-in-<phase>                    verdict hang
+    hang-in-<phase>[:<device>:<callback>]  verdict hang; the callback that
+                                       started and never returned (lab/hang.py),
+                                       or [:<function>] when only the stuck
+                                       task's stack named it
     unfinished                         the cycle has only its "started" line
                                        (lab.records: neither hang nor fail)
     error:<reason class>               the lab failed, not the kernel (digits
@@ -41,6 +44,7 @@ import re
 
 from lab.console import ORDERING
 from lab.records import ERROR, FAIL, HANG, INTERRUPTED, PASS, UNFINISHED
+from lab.trace import device_id  # the one naming of devices: "name (driver)"
 from lab.trace import errno_text  # the one naming of errnos: "EIO (-5)"
 
 VERDICT_KINDS = (FAIL, "fake-sleep", HANG, UNFINISHED, ERROR)
@@ -98,6 +102,16 @@ def broken_device(cycle):
     return (after[0], cycle["mode"]) if after else None
 
 
+def stuck_suffix(stuck):
+    """":<device>:<callback>" of a hang's callback that never returned
+    (lab/hang.py), ":<function>" when only the stack named it, else ""."""
+    if not stuck:
+        return ""
+    if stuck.get("device"):
+        return f":{device_id(stuck.get('driver') or '', stuck['device'])}:{stuck.get('callback')}"
+    return f":{stuck['function']}" if stuck.get("function") else ""
+
+
 def error_class(reason):
     """Reason text -> a short stable class: the part before the first ": ",
     with numbers masked, at most 80 characters."""
@@ -114,7 +128,7 @@ def verdict_bucket(cycle):
     if verdict == UNFINISHED:
         return UNFINISHED
     if verdict == HANG:
-        return f"hang-in-{phase_token(cycle['phase'])}"
+        return f"hang-in-{phase_token(cycle['phase'])}" + stuck_suffix(cycle.get("stuck"))
     if verdict == ERROR:
         return f"error:{error_class(cycle['reason'])}"
     phase = phase_token(cycle["phase"])

@@ -205,6 +205,8 @@ def normalise(record, default_run_id, manifest):
         "probes_before": _probes(record.get("probes_before")) if done else [],
         # a device broken before the cycle: the cycle that broke it (lab.judge)
         "broken_since": _broken_since(record.get("broken_since")) if done else {},
+        # a hang's callback that never returned (lab/hang.py)
+        "stuck": records_module.stuck(record) if done else None,
     }
 
 

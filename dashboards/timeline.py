@@ -12,9 +12,11 @@ lab/oracle/observe.py for each device's parent. The record adds the failing
 callbacks (lab.records.failed_callbacks), the oracle's ordering violations
 and the cycle's console lines.
 
-A cycle without a guest report (a hang or a lab error the host's watch
-decided, a cycle that never finished) gets a page drawn from its record
-alone: the reason, what the host saw (its steps, the hang dump) and the
+A hang's page draws the trace its hang dump holds (the guest's sysrq 'z',
+lab/hang.py), the callback that never returned open to the end and named
+among the findings. Any other cycle without a guest report (a lab error
+the host's watch decided, a cycle that never finished, a hang dump without
+a trace) gets a page drawn from its record alone: the reason, what the host saw (its steps, the hang dump) and the
 console lines, with no trace to draw. A cycle whose report is unreadable is
 named on stderr and skipped; the run directory's records are only read.
 Errnos are named as lab.trace.errno_text names them ("EIO (-5)"). A page
@@ -31,7 +33,7 @@ import re
 import sys
 
 from dashboards import page_json
-from lab import files, guest_report, pmtest_log, records, trace
+from lab import files, guest_report, hang, pmtest_log, records, trace
 from lab.oracle import observe
 
 SCHEMA = "pmlab-timeline/1"
@@ -145,7 +147,12 @@ def model(record, report_text):
     parts = guest_report.sections(report_text)
     if "trace" not in parts:
         raise TimelineError("the report has no '=== trace' section")
-    events = trace.parse(parts["trace"])
+    return events_model(record, trace.parse(parts["trace"]), parts.get("pmtest_log"))
+
+
+def events_model(record, events, pmtest_text=None):
+    """model() of trace events: a report's, or those a hang dump's sysrq
+    'z' printed (hang_model()). TimelineError if they hold nothing to draw."""
     marks = trace.markers(events)
     paired = trace.paired_callbacks(events)
     sequences = trace.per_device(paired)
@@ -162,7 +169,7 @@ def model(record, report_text):
     # pmtest_callback, same seq) where the guest enabled that event, as
     # reports before 2026-12 did (their t was CLOCK_BOOTTIME); otherwise its
     # own t, which pmtest now takes from the trace clock
-    pmtest_entries = pmtest_log.parse(parts.get("pmtest_log"))
+    pmtest_entries = pmtest_log.parse(pmtest_text)
     pmtest_ts = {}
     for event in events:
         if event.name == "pmtest_callback":
@@ -246,6 +253,17 @@ def model(record, report_text):
                 phases=_phases(marks, t0), rows=rows, violations=violations, pmtest_unplaced=unplaced)
 
 
+def hang_model(record, dump_text):
+    """A hung cycle's page from its hang dump: the trace the guest printed
+    on sysrq 'z' (lab/hang.py), the callback that never returned drawn open
+    to the end; the record alone when the dump has no trace."""
+    events, _ = hang.ftrace_events(dump_text.splitlines())
+    try:
+        return dict(events_model(record, events), report=None)
+    except TimelineError:
+        return record_model(record, NO_TRACE_IN_DUMP)
+
+
 def _err_text(err):
     return trace.errno_text(err) if isinstance(err, int) and err else None
 
@@ -296,11 +314,13 @@ def record_model(record, no_trace=None):
         "host_events": [[str(item) for item in event] for event in records.host_events(record)
                         if isinstance(event, list)],
         "hang_dump": None,   # links, relative to the page (write_cycle)
+        "stuck": records.stuck(record),  # a hang's callback that never returned (lab/hang.py)
         "dashboard": None,
     }
 
 
 NO_REPORT = "no guest report: the host's watch decided this cycle (a hang, a lab error, a cycle never finished)"
+NO_TRACE_IN_DUMP = "no guest report, and the hang dump holds no trace (no sysrq 'z' dump): the host's watch decided this cycle"
 
 
 def _csp_hash(text):
@@ -348,7 +368,15 @@ def write_cycle(run_dir, record, out_dir=None, dashboard=None):
     TimelineError when the cycle cannot be drawn (its report unreadable or
     without a trace); a cycle without a report is drawn from its record."""
     out_dir = out_dir or os.path.join(run_dir, DIRECTORY)
-    if not record.get("report"):
+    dump = record.get("hang_dump")
+    dump_path = os.path.join(run_dir, dump) if isinstance(dump, str) else None
+    if not record.get("report") and dump_path and os.path.isfile(dump_path):
+        try:
+            with open(dump_path, errors="replace") as text:
+                data = hang_model(record, text.read())
+        except OSError as error:
+            raise TimelineError(f"hang dump {dump} unreadable: {error}") from None
+    elif not record.get("report"):
         data = record_model(record, NO_REPORT)
     else:
         try:
@@ -356,9 +384,8 @@ def write_cycle(run_dir, record, out_dir=None, dashboard=None):
         except (OSError, EOFError, ValueError) as error:
             raise TimelineError(f"report {record['report']} unreadable: {error}") from None
         data = model(record, text)
-    dump = record.get("hang_dump")
-    if isinstance(dump, str) and os.path.isfile(os.path.join(run_dir, dump)):
-        data["hang_dump"] = _href(os.path.join(run_dir, dump), out_dir)
+    if dump_path and os.path.isfile(dump_path):
+        data["hang_dump"] = _href(dump_path, out_dir)
     if dashboard:
         data["dashboard"] = _href(os.path.abspath(dashboard), os.path.abspath(out_dir))
     os.makedirs(out_dir, exist_ok=True)
@@ -427,7 +454,8 @@ def write_run(run_dir, cycles=None, warn=_stderr, pairs=None, dashboard=None):
         elif not draws(record):
             continue
         page_path = os.path.join(run_dir, DIRECTORY, page_name(number))
-        sources = [path] + ([os.path.join(run_dir, record["report"])] if record.get("report") else []) + CODE
+        sources = [path] + [os.path.join(run_dir, record[side]) for side in ("report", "hang_dump")
+                            if isinstance(record.get(side), str)] + CODE
         marker = dashboard_marker(_href(os.path.abspath(dashboard), os.path.abspath(os.path.dirname(page_path)))
                                   if dashboard else None)
         if pairs is not None and _up_to_date(page_path, sources, marker):

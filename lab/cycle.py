@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import libvirt
 
 from lab import calls, console, devices, guest_report, records, sleepgraph
+from lab import hang as hang_dump  # "hang" is the cycle's Hang below
 from lab.guest_agent import AgentTimeout, quote
 from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence, rejected_knob
 from lab.records import ERROR, FAIL, HANG, PASS, hang_dump_path, iso, mark_done, new_record
@@ -351,13 +352,21 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         if guest.running():
             dump.append(guest.qemu_state())
             # The guest kernel's own view: blocked tasks, then all tasks.
-            dump.append("\n## guest sysrq w, t\n" + "\n".join(guest.sysrq("wt")))
+            tasks = guest.sysrq("wt")
+            dump.append("\n## guest sysrq w, t\n" + "\n".join(tasks))
+            if hang_dump.took_sysrq(tasks):
+                # its trace buffer: which device callback started and never ended (lab/hang.py)
+                dump.append("\n## guest sysrq z\n" + "\n".join(guest.ftrace_dump()))
+            else:  # device interrupts off (a noirq phase): an NMI panics it, printing stack and trace
+                dump.append("\n## guest NMI (no sysrq answer)\n" + "\n".join(guest.nmi_dump()))
         dump.append("\n## console since the cycle began\n" + "\n".join(guest.console.lines(cycle.console_mark)))
         guest.destroy()
-        dump_path = rundir.write_file(hang_dump_path(number, guest.name), "\n".join(dump) + "\n")
-        record.update(verdict=HANG, phase=hang.phase, reason=hang.detail, agent_channel=agent_state,
-                      hang_dump=dump_path, guest_usable=False,
-                      problems=console.problems(evidence))
+        dump_text = "\n".join(dump) + "\n"
+        dump_path = rundir.write_file(hang_dump_path(number, guest.name), dump_text)
+        stuck = hang_dump.where(dump_text)  # the device callback that never returned
+        record.update(verdict=HANG, phase=hang.phase, reason=hang_dump.reason(hang.phase, stuck, hang.detail),
+                      agent_channel=agent_state, hang_dump=dump_path, guest_usable=False,
+                      problems=console.problems(evidence), **{records.STUCK_FIELD: stuck})
     elif lab_error is not None:
         guest.destroy()
         record.update(verdict=ERROR, phase="lab", reason=f"{type(lab_error).__name__}: {lab_error}",

@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape
 
 from lab import console as console_text
 from lab import devices as device_sets
+from lab import hang
 from lab import virt
 from lab.guest_agent import Agent, AgentTimeout
 
@@ -317,6 +318,43 @@ class Guest:
             time.sleep(settle)
             printed += self.console.lines(mark)
         return printed
+
+    def ftrace_dump(self, timeout=30.0, start_timeout=5.0):
+        """sysrq 'z': the guest kernel prints its trace buffer (ftrace_dump())
+        to the console, between two rules of dashes, or "(ftrace buffer
+        empty)". On a hung guest this is the only way out for the
+        device_pm_callback_start events of the callback that never returned
+        (lab/hang.py). Returns the console lines printed, waiting up to
+        `timeout` s for the closing rule (the dump of a whole cycle is
+        hundreds of lines over the serial line), or start_timeout s for a
+        dump that never begins (a guest that takes no sysrq)."""
+        mark = self.console.mark()
+        failed = [line for line in self.sysrq("z", settle=0.0) if line.startswith("sysrq z: ")]
+        started = time.monotonic()
+        while not failed:
+            printed = self.console.lines(mark)
+            waited = time.monotonic() - started
+            if hang.ftrace_dump_ended(printed) or waited > timeout or \
+                    (waited > start_timeout and not any(hang.FTRACE_BEGIN in line for line in printed)):
+                break
+            time.sleep(0.2)
+        return failed + self.console.lines(mark)
+
+    def nmi_dump(self, timeout=30.0):
+        """For a guest that takes no sysrq (device interrupts off): an NMI,
+        which guest/init's unknown_nmi_panic makes a panic that prints the
+        interrupted CPU's stack and (panic_print) the trace buffer. Returns
+        the console lines printed, waiting up to `timeout` s for the end of
+        the trace dump."""
+        mark = self.console.mark()
+        try:
+            self.dom.injectNMI(0)
+        except libvirt.libvirtError as error:  # best effort: this runs on a guest already in trouble
+            return [f"NMI: {error}"]
+        started = time.monotonic()
+        while time.monotonic() - started < timeout and not hang.ftrace_dump_ended(self.console.lines(mark)):
+            time.sleep(0.2)
+        return self.console.lines(mark)
 
     def destroy(self):
         self.agent.detach()

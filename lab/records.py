@@ -754,6 +754,28 @@ def failed_callbacks(record):
             for m in _OLD_FAILED_CALLBACK.finditer(reason)]
 
 
+# ------------------------------------------------------------------ where a hang is stuck
+
+# A hung cycle's callback that started and never returned (lab/hang.py reads
+# it from the hang dump): {"device", "driver", "callback", "function",
+# "since_s", "source"}, any of them null when the dump did not show it.
+STUCK_FIELD = "stuck"
+STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source")
+
+
+def stuck(record):
+    """The record's stuck callback (STUCK_FIELD) with every key, a value of
+    the wrong type as null; None when it names neither device nor function."""
+    found = record.get(STUCK_FIELD)
+    if not isinstance(found, dict):
+        return None
+    since = found.get("since_s")
+    typed = {key: found.get(key) if isinstance(found.get(key), str) else None for key in STUCK_KEYS}
+    typed["since_s"] = since if isinstance(since, (int, float)) and not isinstance(since, bool) \
+        and math.isfinite(since) else None
+    return typed if typed["device"] or typed["function"] else None
+
+
 # ------------------------------------------------------------------ counting
 
 def state_of(record):

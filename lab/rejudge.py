@@ -21,9 +21,9 @@ into an unfinished cycle.
 import os
 from dataclasses import dataclass
 
-from lab import devices, modes
+from lab import devices, hang, modes
 from lab.judge import judge_with_order
-from lab.records import INTERRUPTED, UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
+from lab.records import HANG, INTERRUPTED, UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
 from lab.errors import LabError
 
 
@@ -57,7 +57,8 @@ def rejudge_record(run_dir, record):
     if not record.get("report"):
         if "evidence_lines" in record:  # lab.judge.keep_evidence under --keep failures
             return Rejudged(record["cycle"], label, old, None, "passed; its report was not kept (--keep failures)")
-        return Rejudged(record["cycle"], label, old, None, "no guest report: the host's watch decided it")
+        return Rejudged(record["cycle"], label, old, None,
+                        "no guest report: the host's watch decided it" + stuck_in_dump(run_dir, record))
     try:
         text = read_report(run_dir, record["report"])
     except (OSError, EOFError) as error:
@@ -71,6 +72,21 @@ def rejudge_record(run_dir, record):
                               device_set=record.get("devices", devices.DEFAULT),
                               probe_history=record.get("probe_history"), pmtest_tree=record.get("pmtest_tree"))
     return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))
+
+
+def stuck_in_dump(run_dir, record):
+    """"; <phase> hung: <where>" read again from a hang's dump with the
+    current lab/hang.py ("" when the cycle has no readable dump or it names
+    nothing), so a run recorded before the record named it says where too."""
+    dump = record.get("hang_dump")
+    if record.get("verdict") != HANG or not isinstance(dump, str):
+        return ""
+    try:
+        with open(os.path.join(run_dir, dump), errors="replace") as text:
+            stuck = hang.where(text.read())
+    except OSError:
+        return ""
+    return f"; {record.get('phase')} hung: {hang.named(stuck)}" if stuck else ""
 
 
 def rejudge_run(run_dir, damaged=None):

@@ -9,7 +9,7 @@ tmpfs token across hibernation), not just a returning `echo mem`.
 import os
 
 import pytest
-from hang_evidence import assert_hang_evidence
+from hang_evidence import assert_hang_evidence, sections
 
 from lab import modes
 from lab.cycle import Watchdogs
@@ -60,13 +60,15 @@ def test_cycle(sample_run, cycle_spec):
 HANG_CYCLE = 9001
 HANG_DELAY_MS = 40000  # pmtest's longest allowed delay is 60 s
 HANG_WATCHDOG = 15
+HANG_DEVICE = "pmtest_async.7"  # an async leaf: its parents wait, it is the one stuck
 
 
 def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
     """A pmtest delay past the suspend watchdog makes the cycle hang: it must
     be recorded `hang` with console evidence and the dump the README promises
-    (QEMU state and registers, the guest's sysrq w/t task dumps, the
-    console), and the next cycle must pass in a fresh guest."""
+    (QEMU state and registers, the guest's sysrq w/t task dumps, its trace
+    buffer (sysrq z), the console), name the callback that never returned
+    (lab/hang.py), and the next cycle must pass in a fresh guest."""
     from lab.session import Session
     if not lab_run["artifacts"].modules:
         pytest.fail(f"the hang test needs the pmtest modules: {lab_run['artifacts'].directory}/modules "
@@ -78,18 +80,54 @@ def test_hang_is_recorded_and_next_cycle_passes_in_fresh_guest(lab_run):
                       watchdogs, lab_run["worker"] + "-hang", connection=lab_run["connection"])
     mem = modes.parse_mode("mem")
     try:
-        hung = session.cycle(mem, HANG_CYCLE, [("delay", f"* suspend {HANG_DELAY_MS}")], expect="hang")
+        hung = session.cycle(mem, HANG_CYCLE, [("delay", f"{HANG_DEVICE} suspend {HANG_DELAY_MS}")],
+                             expect="hang")
         assert hung["verdict"] == "hang", _explain(hung)
         assert hung["phase"] == "suspend", _explain(hung)
         with open(os.path.join(lab_run["rundir"].path, hung["hang_dump"])) as text:
-            # the delay knob sleeps in pmtest_knobs_apply(), which every
-            # pmtest callback, a device's or a PM layer's, goes through
-            assert_hang_evidence(hung, text.read(), blocked_in="pmtest_knobs_apply")
+            dump = text.read()
+        # the delay knob sleeps in pmtest_knobs_apply(), which every
+        # pmtest callback, a device's or a PM layer's, goes through
+        assert_hang_evidence(hung, dump, blocked_in="pmtest_knobs_apply")
+        assert "Dumping ftrace buffer:" in sections(dump)["## guest sysrq z"], "no sysrq z trace in the dump"
+        stuck = hung["stuck"]
+        assert (stuck["device"], stuck["driver"], stuck["callback"], stuck["function"]) == \
+            (HANG_DEVICE, "pmtest_async", "bus[suspend]", "pmtest_knobs_apply"), _explain(hung)
+        assert HANG_WATCHDOG <= stuck["since_s"] < HANG_DELAY_MS / 1000, stuck
+        assert hung["reason"].startswith(f"suspend hung: {HANG_DEVICE} (pmtest_async) bus[suspend] started "), \
+            _explain(hung)
         assert session.guest is None  # the hung guest is gone
 
         after = session.cycle(mem, HANG_CYCLE + 1)
         assert after["verdict"] == "pass", _explain(after)
         assert after["guest"] != hung["guest"]
+    finally:
+        session.close()
+
+
+NOIRQ_HANG_CYCLE = 9003
+
+
+def test_a_noirq_hang_is_named_after_an_nmi(lab_run):
+    """A callback stuck with device interrupts off (a pmtest noirq delay)
+    takes no sysrq: the host's NMI panics the guest (guest/init), whose
+    stack and trace buffer still name the callback (lab/hang.py)."""
+    from lab.session import Session
+    defaults = lab_run["watchdogs"]
+    watchdogs = Watchdogs(boot=defaults.boot, suspend=HANG_WATCHDOG, resume=defaults.resume,
+                          hibernate=defaults.hibernate, restore=defaults.restore)
+    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
+                      watchdogs, lab_run["worker"] + "-noirq", connection=lab_run["connection"])
+    try:
+        hung = session.cycle(modes.parse_mode("mem"), NOIRQ_HANG_CYCLE,
+                             [("delay", f"{HANG_DEVICE} suspend_noirq {HANG_DELAY_MS}")], expect="hang")
+        assert hung["verdict"] == "hang", _explain(hung)
+        with open(os.path.join(lab_run["rundir"].path, hung["hang_dump"])) as text:
+            parts = sections(text.read())
+        assert "Kernel panic - not syncing: NMI" in parts.get("## guest NMI (no sysrq answer)", ""), sorted(parts)
+        stuck = hung["stuck"]
+        assert (stuck["device"], stuck["callback"], stuck["function"]) == \
+            (HANG_DEVICE, "noirq driver[suspend]", "pmtest_knobs_apply"), _explain(hung)
     finally:
         session.close()
 

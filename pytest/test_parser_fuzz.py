@@ -48,7 +48,7 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import conftest  # noqa: E402  (--fuzz-share)
-from lab import console, guest_report, modes, pmtest_log, trace  # noqa: E402
+from lab import console, guest_report, hang, modes, pmtest_log, records, trace  # noqa: E402
 from lab import lava  # noqa: E402
 from lab.records import RunDir  # noqa: E402
 from lab.request import numbered_cycles  # noqa: E402
@@ -365,6 +365,16 @@ def test_reports_with_damaged_trace_pages_still_read(data):
 @given(st.sampled_from(CONSOLES).flatmap(lambda name: damaged(raw(name))))
 def test_console_parsers_survive_damage(data):
     check_console(text_of(data))
+
+
+@fuzz(60)
+@given(st.sampled_from(["hang-dump-sysrq-z.txt.gz", "hang-dump.txt"]).flatmap(lambda name: damaged(raw(name))))
+def test_hang_dump_reader_survives_damage(data):
+    """lab/hang.py on a damaged hang dump: where it is stuck, or None."""
+    stuck = hang.where(text_of(data))
+    assert stuck is None or (set(stuck) == set(records.STUCK_KEYS) and records.stuck({records.STUCK_FIELD: stuck}) == stuck)
+    if stuck is not None:
+        assert isinstance(hang.reason("suspend", stuck, "watchdog"), str)
 
 
 @fuzz(300)

@@ -147,6 +147,26 @@
     return link;
   }
 
+  /* A hang's callback that started and never returned (lab/hang.py), with
+     a link to its open bar when the hang dump's trace is drawn. */
+  function stuckFinding(list) {
+    var s = data.stuck;
+    if (!s) return;
+    var text = s.device
+      ? 'never returned: ' + s.device + (s.driver ? ' (' + s.driver + ')' : '') + ' ' + (s.callback || '') +
+        (s.since_s === null ? '' : ', started ' + s.since_s.toFixed(1) + ' s before the trace was dumped')
+      : 'a device callback never returned';
+    if (s.function) text += ', stuck in ' + s.function;
+    var item = el('li', 'fail', text + ' (from ' + (s.source || 'the hang dump') + ') ');
+    data.rows.forEach(function (row, index) {
+      if (row.name !== s.device) return;
+      row.calls.forEach(function (call, callIndex) {
+        if (call.us === null && call.cb === s.callback) item.appendChild(jump(index, callIndex));
+      });
+    });
+    list.appendChild(item);
+  }
+
   function findings() {
     var list = document.getElementById('findings-list');
     var c = data.cycle;
@@ -154,6 +174,7 @@
       list.appendChild(el('li', null, 'fault injected: ' + data.injected.join(', ') +
         ' (on purpose: not the kernel\'s fail, left out of the pass rate)'));
     if (c.reason) list.appendChild(el('li', 'fail', 'reason: ' + c.reason));
+    stuckFinding(list);
     data.rows.forEach(function (row, index) {
       row.calls.forEach(function (call, callIndex) {
         if (!call.failed) return;
