@@ -268,7 +268,8 @@ class DrivenCycle:
             # (the record's "devices", Session._meta), not the guest's echo.
             record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
                                       self.cycle.token, self.boot_id,
-                                      device_set=record.get("devices", devices.DEFAULT)))
+                                      device_set=record.get("devices", devices.DEFAULT),
+                                      limits=record.get("limits")))
             if record["verdict"] == ERROR:
                 record["guest_usable"] = False
             if reply is not None and (sleepgraph_files or record["verdict"] != PASS):

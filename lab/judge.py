@@ -10,7 +10,7 @@ checked here (_proof); callback order is lab/oracle's.
 import re
 from dataclasses import dataclass
 
-from lab import calls, console, devices, guest_report, pmtest_log, records, s2idle, trace
+from lab import calls, console, devices, guest_report, latency, pmtest_log, records, s2idle, trace
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
 from lab.records import ERROR, FAIL, PASS, report_path
@@ -210,29 +210,34 @@ def _described(failed):
 
 
 def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id,
-                     device_set=devices.DEFAULT):
+                     device_set=devices.DEFAULT, limits=None):
     """judge(), then the callback order against the seed's rules (lab/oracle):
     a cycle that slept and woke with callbacks out of order did not pass.
     The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
     through judge_reply); `./pmlab judge` (lab/rejudge.py) calls this again
-    on a recorded run."""
+    on a recorded run. limits: the record's {"suspend": s, "resume": s}
+    (lab.request.Limits): a cycle that passed but took longer fails
+    (lab.latency.over_limit)."""
     parsed = parse_report(report)
     result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed, device_set)
     violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
     result.update(ordering_record(violations, checked))
     if violations and result["verdict"] == PASS:
         result.update(verdict=FAIL, phase="ordering", reason=str(violations[0]))
+    if result["verdict"] == PASS:
+        result.update(latency.over_limit(result, limits))
     return result
 
 
-def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, device_set=devices.DEFAULT):
+def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, device_set=devices.DEFAULT,
+                limits=None):
     """judge_with_order on the guest's reply (None: booted afresh). Should
     the judge itself fail (a bug of ours, e.g. on a report it cannot read),
     the cycle is an `error` naming the exception, so it is still recorded
     and, not having passed, keeps its report (keep_evidence)."""
     try:
         return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
-                                events, evidence, timeline, token, boot_id, device_set)
+                                events, evidence, timeline, token, boot_id, device_set, limits)
     except Exception as error:
         return {"verdict": ERROR, "phase": "lab",
                 "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}

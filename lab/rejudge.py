@@ -68,7 +68,8 @@ def rejudge_record(run_dir, record):
     result = judge_with_order(mode, text, record.get("report_status", 0), host_events(record),
                               record.get("evidence") or [], record.get("timeline") or [],
                               record.get("token"), record.get("guest_boot_id"),
-                              device_set=record.get("devices", devices.DEFAULT))
+                              device_set=record.get("devices", devices.DEFAULT),
+                              limits=record.get("limits"))
     return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))
 
 

@@ -42,6 +42,7 @@ import time
 
 
 from lab import kernels  # noqa: E402
+from lab import latency  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
 from lab import request as request_mod  # noqa: E402
@@ -60,6 +61,10 @@ DEVICES_PIPELINE = "commit-devices"
 DEFAULT_SMOKE = "mem*3,freeze*2,disk"
 # The device guest's sample: a cycle of each mode, every device probed.
 DEVICE_SAMPLE = "mem,freeze,disk"
+# The latency gate's baseline: the previous run and the earlier ones pooled
+# (lab/latency.py): 5 smoke samples of a mem+freeze callback against up to
+# 50; the device stage's 2 against up to 20 (p < 0.01 needs 16: 8 runs).
+BASELINE_RUNS = 10
 
 
 def series_hash(series_dir):
@@ -126,8 +131,15 @@ def pipeline_runs(results, pipelines=("commit",)):
     return [path for _, path in sorted(found)]
 
 
-def previous_run(results, current_id):
+def previous_run(results, current_id, pipeline="commit"):
     """The newest earlier run dir of this pipeline that has cycles, or None."""
+    found = earlier_runs(results, current_id, pipeline, 1)
+    return found[0] if found else None
+
+
+def earlier_runs(results, current_id, pipeline="commit", count=BASELINE_RUNS):
+    """Up to `count` run dirs of `pipeline` started before current_id's, that
+    have cycles, newest first: the previous run, then those before it."""
     mine = read_json(os.path.join(results, current_id, MARKER)) or {}
     before = mine.get("started_epoch", time.time())
     candidates = []
@@ -136,17 +148,64 @@ def previous_run(results, current_id):
         if name == current_id or os.path.islink(path) or not os.path.isdir(path):
             continue
         marker = read_json(os.path.join(path, MARKER))
-        if not marker or marker.get("pipeline") != "commit":
+        if not marker or marker.get("pipeline") != pipeline:
             continue
         if marker.get("started_epoch", 0) >= before:
             continue
         if not os.path.isfile(cycles_path(path)):
             continue
         candidates.append((marker.get("started_epoch", 0), name, path))
+    found = []
     for _, _, path in sorted(candidates, reverse=True):
-        if read_records(path):
-            return path
-    return None
+        if len(found) < count and read_records(path):
+            found.append(path)
+    return found
+
+
+def against_runs(results, names):
+    """The run dirs --against names (a run id under results, or a path);
+    LabError naming one that holds no cycles."""
+    found = []
+    for name in names:
+        path = name if os.sep in name else os.path.join(results, name)
+        if not holds_run(path) or not read_records(path):
+            raise LabError(f"--against {name}: {path} holds no recorded cycles")
+        found.append(os.path.abspath(path))
+    return found
+
+
+def baseline(run_dirs):
+    """(previous records, earlier records pooled) of baseline run dirs, newest first."""
+    if not run_dirs:
+        return None, None
+    return read_records(run_dirs[0]), [r for path in run_dirs[1:] for r in read_records(path)]
+
+
+def gate_baseline(results, run_id, against, pipeline="commit", suffix=""):
+    """The run dirs a run is compared with: --against's (each + suffix, the
+    device stage's "-devices"), else the previous runs of the pipeline."""
+    if against:
+        return [path + suffix for path in against if holds_run(path + suffix)]
+    return earlier_runs(results, run_id, pipeline)
+
+
+def write_latency(run_dir, previous, current, earlier, baseline_dirs):
+    """The run's latency table (lab.latency.table) into <run dir>/latency.json."""
+    changes = compare_mod.latency_changes(previous, current, earlier)
+    latency.write_table(run_dir, latency.table(changes), [os.path.basename(p) for p in baseline_dirs])
+    return changes
+
+
+def latency_gate(results, run_id, records, against, pipeline, suffix, run_dir):
+    """The latency findings of a stage's run (the device guest's) against its
+    baseline (gate_baseline); writes its latency.json."""
+    dirs = gate_baseline(results, run_id, against, pipeline, suffix)
+    if against:
+        previous, earlier = [r for path in dirs for r in read_records(path)] or None, None
+    else:
+        previous, earlier = baseline(dirs)
+    changes = write_latency(run_dir, previous, records, earlier, dirs)
+    return latency.as_findings(changes)
 
 
 def parse_args(argv):
@@ -160,6 +219,9 @@ def parse_args(argv):
     parser.add_argument("--no-devices", dest="device_sample", action="store_false",
                         help="skip the device-guest stage (a cycle of each mode with --devices zoo)")
     options.add_results(parser)
+    parser.add_argument("--against", action="append", metavar="RUN",
+                        help="compare with this run (a run id under --results, or a directory; repeat to pool "
+                             "several) instead of the previous commit runs; the device stage with RUN-devices")
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
     options.add_engine(parser)
     parser.add_argument("--kernel", metavar="SPEC",
@@ -203,6 +265,11 @@ def main(argv=None):
                    for arg in (f"--{name}", getattr(args, name))]
     run_id = args.run_id or f"commit-{stamp()}-{os.getpid()}"
     run_dir = os.path.join(args.results, run_id)
+    try:
+        against = against_runs(args.results, args.against or ())
+    except LabError as error:
+        print(f"commit: {error}", file=sys.stderr)
+        return 2
     if holds_run(run_dir):  # its records, marker and manifest are another run's
         print(f"commit: run {run_id} exists already ({run_dir} holds its records): give another --run-id",
               file=sys.stderr)
@@ -270,7 +337,7 @@ def main(argv=None):
         result, exit_code = "smoke could not start (lab.run exit 2)", 2
         return finish()
 
-    devices_failed = None
+    devices_failed, devices_latency = None, []
     if args.device_sample and args.engine in (None, "libvirt") and args.devices in (None, "lean"):
         with stages.stage("devices") as entry:
             devices_run = f"{run_id}-devices"
@@ -290,6 +357,8 @@ def main(argv=None):
             if code != 0:
                 entry["status"] = "failed"
                 devices_failed = f"device-guest sample failed ({entry['note']}, run {devices_run})"
+            devices_latency = latency_gate(args.results, devices_run, sample, against, DEVICES_PIPELINE,
+                                           "-devices", os.path.join(args.results, devices_run))
 
     campaign_failed = None
     if args.campaign:
@@ -334,16 +403,28 @@ def main(argv=None):
                 entry["status"] = "warn"
 
     with stages.stage("compare") as entry:
-        previous_dir = previous_run(args.results, run_id)
-        previous = read_records(previous_dir) if previous_dir else None
+        baseline_dirs = against or earlier_runs(args.results, run_id)
+        previous_dir = baseline_dirs[0] if baseline_dirs else None
+        if against:  # the named runs, pooled, stand for the previous run
+            previous, earlier = [r for path in against for r in read_records(path)], None
+        else:
+            previous, earlier = baseline(baseline_dirs)
         marker["previous"] = os.path.basename(previous_dir) if previous_dir else None
-        findings, lines = compare_mod.report(previous, records)
+        marker["baseline"] = [os.path.basename(path) for path in baseline_dirs]
+        findings, lines = compare_mod.report(previous, records, earlier=earlier)
+        write_latency(run_dir, previous, records, earlier, baseline_dirs)
         for line in lines:
             log(PROG, line)
-        entry["note"] = (f"vs {os.path.basename(previous_dir)}" if previous_dir else "no previous run") + \
-            f": {len(findings)} regression(s)"
+        entry["note"] = (f"vs {', '.join(marker['baseline'][:1] if not against else marker['baseline'])}"
+                         + (f" (+{len(baseline_dirs) - 1} earlier pooled for latency)"
+                            if len(baseline_dirs) > 1 and not against else "")
+                         if previous_dir else "no previous run") + f": {len(findings)} regression(s)"
         if findings:
             entry["status"] = "failed"
+    for finding in devices_latency:
+        finding["detail"] = f"device guest: {finding['detail']}"
+        findings.append(finding)
+        log(PROG, f"REGRESSION {finding['detail']}")
     if campaign_failed:
         findings.append({"kind": "campaign", "detail": campaign_failed})
         log(PROG, f"regression: {campaign_failed}")
