@@ -148,27 +148,60 @@ def compare(before, after, previous=None, alpha=ALPHA, floor=Floor(), keys=None)
     modes = sampled_modes(before) & sampled_modes(after)
     was, now = samples(before, modes), samples(after, modes)
     last = samples(previous, modes) if previous is not None else None
+    return compare_samples(was, now, last, alpha, floor, keys)
+
+
+def compare_samples(was, now, last=None, alpha=ALPHA, floor=Floor(), keys=None):
+    """compare() of samples() already taken (the false-alarm measurement
+    shifts one key's samples): was the baseline's, now the run's, last the
+    previous run's alone or None. The run's times are divided by how much
+    slower the host ran it as a whole (host_factor) before the test."""
+    factor = host_factor(was, now)
+    last_factor = host_factor(last, now) if last is not None else 1.0
     changes = []
     for key in sorted(set(was) & set(now)):
         if keys is not None and key not in keys:
             continue
-        change = changed(key, was[key], now[key], last.get(key) if last is not None else None, alpha, floor)
+        previous = last.get(key) if last is not None else None
+        change = changed(key, was[key], now[key], previous, alpha, floor, factor, last_factor)
         if change:
             changes.append(change)
     changes.sort(key=lambda c: (not c["flagged"], -(c["after_ms"] - c["before_ms"]), c["key"]))
     return changes
 
 
-def changed(key, before, after, previous, alpha, floor):
-    """The change of one key, or None when its median did not get slower by the floor."""
+# The host factor: on this 2-core TCG host, shared with builds and other
+# guests, whole runs of one kernel differ 1x-4x in every time (measured: the
+# median ratio of the keys below between runs of one kernel). A kernel change
+# slows a few keys, a busy host most of them, so the median ratio over the
+# keys the baseline times at FACTOR_MIN_MS or more is the host's (never
+# below 1: a fixed sleep does not get faster on a fast host, and a faster
+# run must not make one look slower).
+FACTOR_MIN_MS = 1.0
+FACTOR_MIN_KEYS = 5
+
+
+def host_factor(was, now):
+    """How much slower the host ran `now` than `was`, as a whole (>= 1)."""
+    ratios = [statistics.median(now[key]) / statistics.median(was[key]) for key in set(was) & set(now)
+              if statistics.median(was[key]) >= FACTOR_MIN_MS]
+    if len(ratios) < FACTOR_MIN_KEYS:
+        return 1.0
+    return max(1.0, statistics.median(ratios))
+
+
+def changed(key, before, after, previous, alpha, floor, factor=1.0, previous_factor=1.0):
+    """The change of one key, or None when its median, the host factor
+    taken out, did not get slower by the floor."""
     before_ms, after_ms = statistics.median(before), statistics.median(after)
-    if not floor.exceeded(before_ms, after_ms):
+    scaled = [ms / factor for ms in after]
+    if not floor.exceeded(before_ms, statistics.median(scaled)):
         return None
-    p = one_sided_p(before, after)
-    new = previous is None or floor.exceeded(statistics.median(previous), after_ms)
+    p = one_sided_p(before, scaled)
+    new = previous is None or floor.exceeded(statistics.median(previous), after_ms / previous_factor)
     device, driver, callback = describe_key(key)
     return {"key": list(key), "device": device, "driver": driver, "callback": callback,
-            "before_ms": round(before_ms, 3), "after_ms": round(after_ms, 3),
+            "before_ms": round(before_ms, 3), "after_ms": round(after_ms, 3), "host_factor": round(factor, 2),
             "n_before": len(before), "n_after": len(after), "p": p, "flagged": p < alpha and new}
 
 
@@ -180,8 +213,9 @@ def detail(change):
     """"e1000e 0000:00:03.0 bus[suspend]: median 52.6 ms -> 490.6 ms, p < 0.001 (n 5 vs 5)"."""
     who = " ".join(word for word in (change["driver"], change["device"]) if word)
     what = f"{who} {change['callback']}" if who else f"phase {change['callback']}"
+    host = f", host {change['host_factor']:.1f}x slower taken out" if change.get("host_factor", 1) > 1.05 else ""
     return (f"{what}: median {change['before_ms']:.1f} ms -> {change['after_ms']:.1f} ms, "
-            f"{p_text(change['p'])} (n {change['n_before']} vs {change['n_after']})")
+            f"{p_text(change['p'])} (n {change['n_before']} vs {change['n_after']}{host})")
 
 
 def findings(before, after, previous=None, alpha=ALPHA, floor=Floor()):

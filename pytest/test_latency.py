@@ -258,3 +258,43 @@ def test_rejudging_a_record_applies_its_own_limits(tmp_path):
     assert again.new == ("fail", "latency") and "over the" in again.reason
     record["limits"] = {"suspend": 15, "resume": 15}
     assert rejudge_record(str(tmp_path), record).new == ("pass", None)
+
+
+# ---------------------------------------------------------------- the measurement
+
+def test_latency_check_prints_the_false_alarm_rate_and_thresholds(tmp_path, runs, capsys):
+    from pipelines import latency_false_alarm
+    paths = [str(tmp_path / "fa-1"), str(tmp_path / "fa-2")]
+    assert latency_false_alarm.main(paths + ["--busy", "fa-2", "--key", f"{DEVICE}:{LABEL}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("fa-2 (busy) (host ") and out[0].endswith("x the baseline's): no finding")
+    assert "false alarms (all): 0/1 pairs (0%)" in out and "false alarms (busy): 0/1 pairs (0%)" in out
+    threshold = [line for line in out if line.startswith(f"  {DEVICE} {LABEL}: smallest delay detected per pair: ")]
+    delay = int(threshold[0].rpartition(": ")[2].split()[0])
+    assert latency.FLOOR_MS <= delay <= 100  # a 4 ms callback: the floor, and the host factor taken out
+    assert latency_false_alarm.main([paths[0], str(tmp_path / "none")]) == 2
+    assert "no recorded cycles" in capsys.readouterr().err
+
+
+def test_a_host_slower_as_a_whole_is_taken_out_but_one_slower_callback_is_not(runs):
+    first, second = runs
+    def times(recs, factor):  # every callback and phase of the run `factor` times as long
+        out = []
+        for record in recs:
+            sequences = records.callbacks(record)
+            for calls in sequences.values():
+                for call in calls:
+                    call["us"] = call["us"] * factor if call["us"] is not None else None
+            copied = {k: v for k, v in record.items() if k not in ("callback_table", "pmtest_ref")}
+            copied["phase_ms"] = {k: v * factor for k, v in record["phase_ms"].items()}
+            copied.update({f: record[f] * factor for f in ("suspend_ms", "resume_ms")},
+                          **records.compact_fields(sequences, records.pmtest(record)))
+            out.append(records.RunRecord(copied, records.RunReader(None)))
+        return out
+    slow_host = times(first, 3.0)
+    assert compare.regressions(first, slow_host) == []
+    assert latency.findings(second, times(second, 4.0)) == []
+    changes = latency.compare(first, slowed(slow_host, DEVICE, LABEL, 400 * 3))
+    assert [c["callback"] for c in changes if c["flagged"]] == [LABEL]
+    assert changes[0]["host_factor"] == pytest.approx(3.0, abs=0.01)
+    assert latency.detail(changes[0]).endswith("(n 5 vs 5, host 3.0x slower taken out)")
