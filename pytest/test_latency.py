@@ -298,3 +298,50 @@ def test_a_host_slower_as_a_whole_is_taken_out_but_one_slower_callback_is_not(ru
     assert [c["callback"] for c in changes if c["flagged"]] == [LABEL]
     assert changes[0]["host_factor"] == pytest.approx(3.0, abs=0.01)
     assert latency.detail(changes[0]).endswith("(n 5 vs 5, host 3.0x slower taken out)")
+
+
+# ---------------------------------------------------------------- the nightly's report and the dashboard
+
+def _write_run(path, recs):
+    """recs (RunRecords) as a run directory of their own."""
+    os.makedirs(path, exist_ok=True)
+    shared = {}
+    for record in recs:
+        shared.update(records.reader_of(record).shared_values([record]))
+    records.append_records(os.path.join(path, "cycles.jsonl"), [copy.deepcopy(dict(r)) for r in recs], shared)
+    return path
+
+
+def test_the_dashboard_shows_the_newest_runs_slower_callback(tmp_path, runs):
+    from dashboards import compute, schemas
+    first, second = runs
+    results = tmp_path / "results"
+    _write_run(str(results / "fa-1"), first)
+    _write_run(str(results / "fa-2"), slowed(second, DEVICE, LABEL, 400))
+    for cache in (False, True, True):  # the second cached compute reads the records behind the cache
+        board = compute.compute([str(results)], cache=cache)
+        change = board["latency_change"]
+        assert (change["run"], change["baseline"]) == ("fa-2", ["fa-1"])
+        assert [(row["callback"], row["flagged"]) for row in change["rows"] if row["flagged"]] == [(LABEL, True)]
+    schemas.validator(schemas.DASHBOARD).validate(json.loads(compute.dumps(board)))
+
+
+def test_the_nightly_reports_the_change_against_its_previous_run(tmp_path, runs):
+    from pipelines import nightly
+    first, second = runs
+    results = tmp_path / "results"
+    for name, recs, created in (("night-1", first, "20261206-010000"), ("night-2", slowed(second, DEVICE, LABEL, 400),
+                                                                        "20261207-010000")):
+        _write_run(str(results / name), recs)
+        (results / name / nightly.STATE).write_text(json.dumps({"shard": [1, 1], "created": created}))
+    (results / "other-shard").mkdir()
+    (results / "other-shard" / nightly.STATE).write_text(json.dumps({"shard": [2, 2], "created": "20261206"}))
+    rundir = records.RunDir(str(results), "night-2", link_latest=False)
+    lines = nightly.latency_report(rundir, {"shard": [1, 1], "created": "20261207-010000"},
+                                   records.read_cycles(rundir.cycles_path))
+    assert lines[0] == "latency against night-1:"
+    assert LABEL in lines[2] and lines[2].rstrip().endswith("YES")
+    assert latency.read_table(rundir.path)["baseline"] == ["night-1"]
+    first_night = records.RunDir(str(results), "night-1", link_latest=False)
+    assert nightly.latency_report(first_night, {"shard": [1, 1], "created": "20261206-010000"}, first) == [
+        "latency: no previous nightly run of this shard to compare with"]
