@@ -270,7 +270,7 @@ def over_limit(result, limits):
     for name, seconds in sorted((limits or {}).items()):
         ms = result.get(LIMIT_FIELDS[name])
         if seconds is not None and isinstance(ms, (int, float)) and ms > seconds * 1000:
-            over.append(f"{name} took {ms / 1000:.2f} s, over the {seconds:g} s limit")
+            over.append(f"{name} took {ms / 1000:.3f} s, over the {seconds:g} s limit")
     if not over:
         return {}
     return {"verdict": records.FAIL, "phase": LIMIT_PHASE, "reason": "; ".join(over)}

@@ -1,7 +1,8 @@
 """The commit pipeline: build -> boot -> smoke cycles -> dashboard -> gate.
 
   ./pmlab commit [--build auto|always|never] [--mode mem*3,freeze*2,disk]
-                 [--results DIR] [--run-id ID] [--junit PATH] [lab.run options]
+                 [--results DIR] [--run-id ID] [--junit PATH] [--against RUN]
+                 [lab.run options]
   (the older --smoke mem=3,freeze=2,disk=1 still works)
 
 Stages (wall time of each printed as it ends, and a table at the end):
@@ -26,9 +27,14 @@ Stages (wall time of each printed as it ends, and a table at the end):
              the timeline pages it links, <run>/timelines/) ->
              dashboard.html.
   compare    against the previous run of this pipeline: the newest earlier
-             results/*/ whose pipeline.json says "commit" and that has cycles.
-             A mode whose pass rate dropped or a failure bucket that was not
-             there before is a regression (pipelines/compare.py).
+             results/*/ whose pipeline.json says "commit" and that has cycles
+             (--against RUN: that run instead). A mode whose pass rate
+             dropped, a failure bucket that was not there before, or a
+             device callback or PM phase slower (lab/latency.py, against
+             the previous run with up to BASELINE_RUNS-1 earlier pooled; the
+             device stage's run likewise against earlier commit-devices
+             runs) is a regression (pipelines/compare.py). Each run gets its
+             latency.json (the table of changes).
 
 Exit: 0 no regression, 1 regression (or the build / smoke could not give a
 result: a commit that does not build or boot regressed), 2 bad input or setup.

@@ -215,7 +215,7 @@ def test_a_cycle_over_its_resume_limit_fails_in_phase_latency():
     resume_s = passed["resume_ms"] / 1000
     over = _judged("report-mem.txt.gz", {"suspend": 15, "resume": resume_s / 2})
     assert (over["verdict"], over["phase"]) == ("fail", "latency")
-    assert over["reason"] == f"resume took {resume_s:.2f} s, over the {resume_s / 2:g} s limit"
+    assert over["reason"] == f"resume took {resume_s:.3f} s, over the {resume_s / 2:g} s limit"
     assert _judged("report-mem.txt.gz", None)["verdict"] == "pass"  # records without limits: not judged
 
 
