@@ -180,10 +180,13 @@ def against_runs(results, names):
     return found
 
 
-def baseline(run_dirs):
-    """(previous records, earlier records pooled) of baseline run dirs, newest first."""
+def baseline_records(run_dirs, against):
+    """(previous run's records, earlier ones pooled) of gate_baseline's run
+    dirs, newest first; --against's runs, pooled, stand for the previous run."""
     if not run_dirs:
         return None, None
+    if against:
+        return [r for path in run_dirs for r in read_records(path)], None
     return read_records(run_dirs[0]), [r for path in run_dirs[1:] for r in read_records(path)]
 
 
@@ -193,6 +196,15 @@ def gate_baseline(results, run_id, against, pipeline="commit", suffix=""):
     if against:
         return [path + suffix for path in against if holds_run(path + suffix)]
     return earlier_runs(results, run_id, pipeline)
+
+
+def baseline_note(names, against):
+    """The compare stage's words for what the run was compared with."""
+    if not names:
+        return "no previous run"
+    if against or len(names) == 1:
+        return f"vs {', '.join(names)}"
+    return f"vs {names[0]} (+{len(names) - 1} earlier pooled for latency)"
 
 
 def write_latency(run_dir, previous, current, earlier, baseline_dirs):
@@ -206,10 +218,7 @@ def latency_gate(results, run_id, records, against, pipeline, suffix, run_dir):
     """The latency findings of a stage's run (the device guest's) against its
     baseline (gate_baseline); writes its latency.json."""
     dirs = gate_baseline(results, run_id, against, pipeline, suffix)
-    if against:
-        previous, earlier = [r for path in dirs for r in read_records(path)] or None, None
-    else:
-        previous, earlier = baseline(dirs)
+    previous, earlier = baseline_records(dirs, against)
     changes = write_latency(run_dir, previous, records, earlier, dirs)
     return latency.as_findings(changes)
 
@@ -409,22 +418,16 @@ def main(argv=None):
                 entry["status"] = "warn"
 
     with stages.stage("compare") as entry:
-        baseline_dirs = against or earlier_runs(args.results, run_id)
+        baseline_dirs = gate_baseline(args.results, run_id, against)
         previous_dir = baseline_dirs[0] if baseline_dirs else None
-        if against:  # the named runs, pooled, stand for the previous run
-            previous, earlier = [r for path in against for r in read_records(path)], None
-        else:
-            previous, earlier = baseline(baseline_dirs)
+        previous, earlier = baseline_records(baseline_dirs, against)
         marker["previous"] = os.path.basename(previous_dir) if previous_dir else None
         marker["baseline"] = [os.path.basename(path) for path in baseline_dirs]
         findings, lines = compare_mod.report(previous, records, earlier=earlier)
         write_latency(run_dir, previous, records, earlier, baseline_dirs)
         for line in lines:
             log(PROG, line)
-        entry["note"] = (f"vs {', '.join(marker['baseline'][:1] if not against else marker['baseline'])}"
-                         + (f" (+{len(baseline_dirs) - 1} earlier pooled for latency)"
-                            if len(baseline_dirs) > 1 and not against else "")
-                         if previous_dir else "no previous run") + f": {len(findings)} regression(s)"
+        entry["note"] = f"{baseline_note(marker['baseline'], against)}: {len(findings)} regression(s)"
         if findings:
             entry["status"] = "failed"
     for finding in devices_latency:
