@@ -44,8 +44,8 @@ from lab.errors import LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
-from lab.records import (DONE, PASS, ResultsWriteError, RunDir, close_interrupted, is_done,  # noqa: E402
-                         not_as_expected, read_cycles, state_of, summarize)
+from lab.records import (DONE, PASS, ResultsWriteError, RunDir, close_interrupted, cycles_path,  # noqa: E402
+                         holds_run, is_done, not_as_expected, read_cycles, state_of, summarize)
 
 PROG = "nightly"
 STATE = "nightly.json"
@@ -238,7 +238,7 @@ def previous_nightly(results, name, state):
         theirs = read_json(os.path.join(path, STATE)) if other != name and not os.path.islink(path) else None
         if theirs and theirs.get("shard") == state.get("shard") and \
                 str(theirs.get("created", "")) < str(state.get("created", "")) and \
-                os.path.isfile(os.path.join(path, "cycles.jsonl")):
+                holds_run(path):
             found.append((str(theirs.get("created")), path))
     return max(found)[1] if found else None
 
@@ -250,7 +250,7 @@ def latency_report(rundir, state, records):
     previous = previous_nightly(os.path.dirname(rundir.path), rundir.name, state)
     if previous is None:
         return ["latency: no previous nightly run of this shard to compare with"]
-    changes = latency.compare(read_cycles(os.path.join(previous, "cycles.jsonl")), records)
+    changes = latency.compare(read_cycles(cycles_path(previous)), records)
     rows = latency.table(changes)
     latency.write_table(rundir.path, rows, [os.path.basename(previous)])
     return [f"latency against {os.path.basename(previous)}:"] + latency.table_lines(rows)
