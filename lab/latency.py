@@ -32,7 +32,7 @@ baseline pools the previous run with earlier ones of the same pipeline
 50, and a finding must also be slower than the previous run alone (by the
 same floor: a slowdown the previous run already had is not new). The
 device guest's stage (one cycle a mode: 2 samples of a mem+freeze callback)
-needs 7 earlier runs for its exact p to fall below 0.01 (2 vs 16: p 0.008).
+needs 7 earlier runs for its exact p to fall below 0.01 (2 vs 14: p = 1/120).
 """
 
 import dataclasses

@@ -69,7 +69,7 @@ DEFAULT_SMOKE = "mem*3,freeze*2,disk"
 DEVICE_SAMPLE = "mem,freeze,disk"
 # The latency gate's baseline: the previous run and the earlier ones pooled
 # (lab/latency.py): 5 smoke samples of a mem+freeze callback against up to
-# 50; the device stage's 2 against up to 20 (p < 0.01 needs 16: 8 runs).
+# 50; the device stage's 2 against up to 20 (p < 0.01 needs 14: 7 runs).
 BASELINE_RUNS = 10
 
 
