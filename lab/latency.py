@@ -33,6 +33,15 @@ baseline pools the previous run with earlier ones of the same pipeline
 same floor: a slowdown the previous run already had is not new). The
 device guest's stage (one cycle a mode: 2 samples of a mem+freeze callback)
 needs 7 earlier runs for its exact p to fall below 0.01 (2 vs 14: p = 1/120).
+Before the test the run's times are divided by its host factor
+(host_factor): how much slower the shared host ran the whole run.
+
+Absolute limits (over_limit): a cycle whose guest-side suspend or resume
+took longer than the request's limits (lab.request.Limits, fwts's 15 s)
+fails, phase "latency"; lab.judge applies them.
+
+The measured false-alarm rate and detection threshold: pipelines/README.md
+"Latency gate" (./pmlab latency-check).
 """
 
 import dataclasses
