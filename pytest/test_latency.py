@@ -345,3 +345,43 @@ def test_the_nightly_reports_the_change_against_its_previous_run(tmp_path, runs)
     first_night = records.RunDir(str(results), "night-1", link_latest=False)
     assert nightly.latency_report(first_night, {"shard": [1, 1], "created": "20261206-010000"}, first) == [
         "latency: no previous nightly run of this shard to compare with"]
+
+
+# ---------------------------------------------------------------- the issue's case on the device guest
+
+E1000E = "0000:00:0e.0 (e1000e)"
+
+
+def zoo_runs(tmp_path):
+    """Eight recorded device-stage runs (zoo guest, mem,freeze,disk, one kernel),
+    oldest first, each as its own run directory: [(name, records)]."""
+    with gzip.open(os.path.join(RECORDINGS, "latency-zoo-shared.jsonl.gz"), "rb") as source:
+        shared = source.read()
+    lines = {}
+    with gzip.open(os.path.join(RECORDINGS, "latency-zoo-cycles.jsonl.gz"), "rt") as source:
+        for line in source:
+            lines.setdefault(json.loads(line)["run_id"], []).append(line)
+    runs = []
+    for name in sorted(lines, key=lambda n: int(n.rpartition("-")[2])):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        (run_dir / "cycles.jsonl").write_text("".join(lines[name]))
+        (run_dir / "shared.jsonl").write_bytes(shared)
+        runs.append((name, records.read_cycles(str(run_dir / "cycles.jsonl"))))
+    return runs
+
+
+def test_e1000e_400_ms_slower_is_flagged_by_the_device_stage_with_7_earlier_runs(tmp_path):
+    runs = zoo_runs(tmp_path)
+    assert [name for name, _ in runs] == [f"zoo-{n}" for n in range(1, 9)]
+    *earlier, (_, current) = runs
+    previous, pooled = earlier[-1][1], [r for _, recs in earlier[:-1] for r in recs]
+    assert compare.regressions(previous, current, earlier=pooled) == []
+    found = compare.regressions(previous, slowed(current, E1000E, "bus[suspend]", 400), earlier=pooled)
+    assert [(f["driver"], f["device"], f["callback"], f["n"]) for f in found] == [
+        ("e1000e", "0000:00:0e.0", "bus[suspend]", [14, 2])]
+    assert found[0]["detail"].startswith("e1000e 0000:00:0e.0 bus[suspend]: median ")
+    # with 6 earlier runs (2 vs 12) no exact p can fall below 0.01: in the table, not flagged
+    fewer = latency.compare(previous + [r for _, recs in earlier[1:-1] for r in recs],
+                            slowed(current, E1000E, "bus[suspend]", 400))
+    assert fewer[0]["callback"] == "bus[suspend]" and not fewer[0]["flagged"] and fewer[0]["p"] > latency.ALPHA
