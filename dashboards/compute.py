@@ -708,7 +708,9 @@ def latency_change(loaded):
 
 def _records_by_run(loaded, wanted):
     """{run id: its newest LATENCY_CYCLES raw records} of the wanted runs
-    (records behind a cached part are read again)."""
+    (records behind a cached part are read again, as lab.records reads
+    them: JSON only, no normalising, so a cached nightly of thousands of
+    cycles costs its parse alone)."""
     found = {run_id: [] for run_id in wanted}
     for cycle, record in zip(loaded.cycles, loaded.records):
         if cycle["run_id"] in wanted and record is not None:
@@ -718,10 +720,9 @@ def _records_by_run(loaded, wanted):
     for part in loaded.parts:
         if not any(run_id in cached for run_id, _ in part.entries):
             continue
-        entries = inputs_module.read_part(part.path, None, loaded.shared_values).entries
-        for (run_id, _), (_, _, record) in entries.items():
-            if run_id in cached:
-                found[run_id].append(record)
+        for record in records.RunReader(part.path, loaded.shared_values).read():
+            if record.get("run_id") in cached:
+                found[record["run_id"]].append(record)
     return {run_id: sorted(recs, key=lambda r: r["cycle"])[-LATENCY_CYCLES:] for run_id, recs in found.items()}
 
 
