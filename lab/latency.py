@@ -91,20 +91,29 @@ def phase_key(mode, phase):
     return ("phase", family(mode), phase)
 
 
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def cycle_samples(record):
-    """{key: ms} of one cycle: each callback key's calls summed, each phase."""
+    """{key: ms} of one cycle: each callback key's calls summed, each phase.
+    A damaged record (the dashboard reads raw lines) gives what it can."""
     out = {}
-    calls, durations, _ = records.callback_columns(record)
+    try:
+        calls, durations, _ = records.callback_columns(record)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):  # RecordError is a ValueError
+        calls, durations = (), ()
     for (device, label, _), us in zip(calls, durations):
-        if us is not None:
+        if _number(us) and isinstance(device, str) and isinstance(label, str):
             key = callback_key(device, label)
             out[key] = out.get(key, 0.0) + us / 1000.0
-    for phase, ms in (record.get("phase_ms") or {}).items():
-        if isinstance(ms, (int, float)) and phase not in UNTIMED_PHASES:
-            out[phase_key(record["mode"], phase)] = float(ms)
+    phases = record.get("phase_ms")
+    for phase, ms in (phases.items() if isinstance(phases, dict) else ()):
+        if _number(ms) and phase not in UNTIMED_PHASES:
+            out[phase_key(record.get("mode"), phase)] = float(ms)
     for name, field in TOTALS:
-        if isinstance(record.get(field), (int, float)):
-            out[phase_key(record["mode"], name)] = float(record[field])
+        if _number(record.get(field)):
+            out[phase_key(record.get("mode"), name)] = float(record[field])
     return out
 
 

@@ -385,3 +385,16 @@ def test_e1000e_400_ms_slower_is_flagged_by_the_device_stage_with_7_earlier_runs
     fewer = latency.compare(previous + [r for _, recs in earlier[1:-1] for r in recs],
                             slowed(current, E1000E, "bus[suspend]", 400))
     assert fewer[0]["callback"] == "bus[suspend]" and not fewer[0]["flagged"] and fewer[0]["p"] > latency.ALPHA
+
+
+def test_a_damaged_record_gives_the_samples_it_can(runs):
+    """The dashboard hands raw lines of a cached run to the gate: bad values are skipped, never raised."""
+    first, _ = runs
+    damaged = dict(first[0])
+    damaged.update(phase_ms={"dpm_suspend": "slow", "dpm_resume": 12.5}, suspend_ms=None, resume_ms=True,
+                   callbacks={"dev (drv)": [["bus[suspend]", "12", 0], ["bus[resume]", 3000.0, 0]]})
+    damaged.pop("callback_table")
+    assert latency.cycle_samples(damaged) == {("phase", "suspend", "dpm_resume"): 12.5,
+                                             latency.callback_key("dev (drv)", "bus[resume]"): 3.0}
+    broken = dict(first[0], callback_table={"layout": "nowhere", "us": "", "err": []})
+    assert all(key[0] == "phase" for key in latency.cycle_samples(records.RunRecord(broken, records.RunReader(None))))
