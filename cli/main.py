@@ -462,9 +462,15 @@ def sleepgraph(argv):
     return pipeline.main(argv)
 
 
+def latency_check(argv):
+    """the latency gate's false-alarm rate and detection threshold on runs of one kernel"""
+    from pipelines import latency_false_alarm as pipeline
+    return pipeline.main(argv)
+
+
 VERBS = {verb.__name__.replace("_", "-"): verb
          for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, merge, junit,
-                      baseline_compare, lava, sleepgraph)}
+                      baseline_compare, lava, sleepgraph, latency_check)}
 # Verbs of the pmlab script itself (shell: the build before any Python runs).
 SHELL_VERBS = {"build": "install the Debian packages, build the kernel, pmtest and the guest image",
                "check-series": "the patch series: applies, checkpatch --strict, builds (kernel/check-series)"}

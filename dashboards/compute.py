@@ -44,6 +44,12 @@ Sections (dashboards/schema/dashboard.v1.json):
                suspend_ms / resume_ms and per PM phase time (records'
                phase_ms) of passing cycles, and the kernel's
                slowest device callbacks (its own latency counts).
+  latency_change
+               the newest run (by first cycle) against up to
+               LATENCY_BASELINE_RUNS runs before it of the same device set
+               (lab/latency.py, as the commit gate compares; the newest
+               LATENCY_CYCLES cycles of each): per device callback and phase
+               slower by the floor, median before / after, p, flagged.
   runs         per run id: cycles, time span, builds, manifests.
   input_errors malformed input, with file and line (also printed on stderr).
 
@@ -65,7 +71,7 @@ import statistics
 import sys
 
 from dashboards import buckets, inputs as inputs_module
-from lab import devices, files, records
+from lab import devices, files, latency as latency_gate, records
 from lab.kernels import DEFAULT_SPEC
 from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
 
@@ -671,7 +677,53 @@ def build(loaded, kernel_latency=None):
         "trends": trends(cycles),
         "kernels": kernels(cycles, kernel_latency),
         "runs": runs(cycles, loaded.manifests),
+        "latency_change": latency_change(loaded),
     }
+
+
+LATENCY_BASELINE_RUNS = 10  # as pipelines/commit.py's BASELINE_RUNS
+LATENCY_CYCLES = 100        # of each run: a nightly's thousands would cost seconds a dashboard
+
+
+def latency_change(loaded):
+    """The latency_change section: lab.latency's table of the newest run."""
+    first = {}
+    for cycle in loaded.cycles:
+        at = inputs_module.epoch(cycle["host_start"]) if cycle["host_start"] else None
+        held = first.get(cycle["run_id"])
+        first[cycle["run_id"]] = (min(held[0], at or held[0]) if held else (at or 0.0), cycle["devices"])
+    order = sorted(first, key=lambda run_id: (first[run_id][0], run_id))
+    if len(order) < 2:
+        return {"run": order[-1] if order else None, "baseline": [], "rows": []}
+    newest = order[-1]
+    baseline = [run_id for run_id in reversed(order[:-1])
+                if first[run_id][1] == first[newest][1]][:LATENCY_BASELINE_RUNS]
+    by_run = _records_by_run(loaded, {newest, *baseline})
+    if not baseline:
+        return {"run": newest, "baseline": [], "rows": []}
+    pooled = [record for run_id in baseline for record in by_run[run_id]]
+    changes = latency_gate.compare(pooled, by_run[newest], by_run[baseline[0]] if len(baseline) > 1 else None)
+    return {"run": newest, "baseline": baseline, "rows": latency_gate.table(changes)}
+
+
+def _records_by_run(loaded, wanted):
+    """{run id: its newest LATENCY_CYCLES raw records} of the wanted runs
+    (records behind a cached part are read again, as lab.records reads
+    them: JSON only, no normalising, so a cached nightly of thousands of
+    cycles costs its parse alone)."""
+    found = {run_id: [] for run_id in wanted}
+    for cycle, record in zip(loaded.cycles, loaded.records):
+        if cycle["run_id"] in wanted and record is not None:
+            found[cycle["run_id"]].append(record)
+    cached = {cycle["run_id"] for cycle, record in zip(loaded.cycles, loaded.records)
+              if record is None and cycle["run_id"] in wanted}
+    for part in loaded.parts:
+        if not any(run_id in cached for run_id, _ in part.entries):
+            continue
+        for record in records.RunReader(part.path, loaded.shared_values).read():
+            if record.get("run_id") in cached:
+                found[record["run_id"]].append(record)
+    return {run_id: sorted(recs, key=lambda r: r["cycle"])[-LATENCY_CYCLES:] for run_id, recs in found.items()}
 
 
 # ------------------------------------------------------------------ the per-run cache
@@ -689,7 +741,7 @@ def build(loaded, kernel_latency=None):
 CACHE_FILE = "dashboard-cache.json"
 CODE_FILES = ("dashboards/compute.py", "dashboards/inputs.py", "dashboards/buckets.py", "dashboards/schemas.py",
               "dashboards/schema/" + inputs_module.schemas.CYCLE_RECORD, "dashboards/schema/run-manifest.v1.json",
-              "lab/records.py", "lab/trace.py", "lab/console.py", "lab/devices.py")
+              "lab/records.py", "lab/trace.py", "lab/console.py", "lab/devices.py", "lab/latency.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -38,7 +38,7 @@ import libvirt
 from lab import calls, console, devices, guest_report, records, sleepgraph
 from lab import hang as hang_dump  # "hang" is the cycle's Hang below
 from lab.guest_agent import AgentTimeout, quote
-from lab.judge import FRESH_BOOT, host_phases, judge_reply, keep_evidence, rejected_knob
+from lab.judge import FRESH_BOOT, Expected, host_phases, judge_reply, keep_evidence, rejected_knob
 from lab.records import ERROR, FAIL, HANG, PASS, hang_dump_path, iso, mark_done, new_record
 from lab.request import Watchdogs
 
@@ -265,13 +265,11 @@ class DrivenCycle:
             if reply is not None and reply.data:  # the trace pages as text, the form every reader takes
                 reply = replace(reply, output=guest_report.from_bytes(reply.data))
                 self.cycle.note("rendered")
-            # What the probes must show comes from the host's device set
-            # (the record's "devices", Session._meta), not the guest's echo.
+            # What the cycle must show comes from the request (the record's
+            # devices, pmtest_tree, limits: Session._meta), not the guest's echo.
             record.update(judge_reply(self.cycle.mode, reply, self.events, self.evidence, self.cycle.timeline,
                                       self.cycle.token, self.boot_id,
-                                      device_set=record.get("devices", devices.DEFAULT),
-                                      probe_history=record.get("probe_history"),
-                                      pmtest_tree=record.get("pmtest_tree")))
+                                      Expected.of_record(record)))
             if record["verdict"] == ERROR:
                 record["guest_usable"] = False
             if reply is not None and (sleepgraph_files or record["verdict"] != PASS):

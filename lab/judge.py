@@ -10,7 +10,7 @@ checked here (_proof); callback order is lab/oracle's.
 import re
 from dataclasses import dataclass
 
-from lab import calls, console, devices, guest_report, pmtest_log, records, s2idle, trace
+from lab import calls, console, devices, guest_report, latency, pmtest_log, records, s2idle, trace
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
 from lab.records import ERROR, FAIL, PASS, report_path
@@ -75,20 +75,38 @@ def parse_report(text):
     return ParsedReport(sections, events, trace.paired_callbacks(events))
 
 
-def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None,
-          device_set=devices.DEFAULT, probe_history=None, pmtest_tree=None):
+@dataclass(frozen=True)
+class Expected:
+    """What a cycle must show, from the run request and the host, never from
+    the guest's own word: the device set whose probes the report must hold
+    (lab/devices.py), the pmtest tree (depth, fanout) its trace must show,
+    the absolute limits {"suspend": s, "resume": s} (lab.request.Limits),
+    and what the host knew of the guest's devices before the cycle
+    (lab.cycle.note_probes' probe history), for the words on a device
+    broken before it."""
+    device_set: str = devices.DEFAULT
+    pmtest_tree: tuple = None
+    limits: dict = None
+    probe_history: dict = None
+
+    @classmethod
+    def of_record(cls, record):
+        """The Expected a cycle record carries (lab.session writes the
+        request's settings into every record it starts): the live judge
+        and `./pmlab judge` read the same fields."""
+        tree = record.get("pmtest_tree")
+        return cls(record.get("devices") or devices.DEFAULT, tuple(tree) if tree else None,
+                   record.get("limits"), record.get("probe_history"))
+
+
+def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None, expected=Expected()):
     """The verdict fields of a finished cycle from what was observed: the
     guest's report text and exit status (report None: the guest booted afresh
     instead of resuming), the libvirt events [(time, kind, detail)], the
     cycle's console lines, the host timeline [[step, time]], the tmpfs token
     sent and the guest's boot id before the cycle; `parsed`: the report's
-    parse_report(), when the caller has it. `device_set`: the run request's
-    device set (lab/devices.py), which says what probes the report must
-    hold; never the guest's own echo of them. `probe_history`: what the
-    host knew of the guest's devices before the cycle (lab.cycle
-    probe_history), for the words on a device broken before it;
-    `pmtest_tree`: the request's --pmtest-tree (depth, fanout), whose
-    devices the trace must show. Pure: recorded cycles can be judged again
+    parse_report(), when the caller has it; `expected`: what the request
+    says the cycle must show (Expected), never the guest's echo. Pure: recorded cycles can be judged again
     (pytest/test_judge.py)."""
     counts = {}
     for _, kind, _ in events:
@@ -145,15 +163,15 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     if probed:  # the calls knob's functions that ran, per device and kernel
         result["calls"] = probed
     broken, afterwards, before_cycle = [], "", None
-    result.update(_probes(parts, device_set, "probes"))
-    result.update(_probes(parts, device_set, "probes_before"))
+    result.update(_probes(parts, expected.device_set, "probes"))
+    result.update(_probes(parts, expected.device_set, "probes_before"))
     if "probes" in result:  # a device guest: does every device still work?
         broken = devices.broken(result["probes"])
     if result.get("probes_before") and "probes_before" not in parts:
         before_cycle = (f"the guest's report has no probes_before section (the request's device set "
                         f"asks for {len(result['probes_before'])} probes before the suspend)")
     elif result.get("probes_before"):  # broken before the suspend: not this cycle's doing
-        before_cycle = _broken_before(devices.broken(result["probes_before"]), probe_history, result)
+        before_cycle = _broken_before(devices.broken(result["probes_before"]), expected.probe_history, result)
         broken = [item for item in broken if item[0] not in result.get("broken_before", ())]
     if broken:  # named in whatever verdict the cycle gets
         result["broken_devices"] = [device for device, _, _ in broken]
@@ -170,7 +188,7 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
             result.update(verdict=ERROR, phase="lab", reason=early)
             return result
     # What the request asked the guest to have and to show, before what it did.
-    missing_tree = _missing_tree(pmtest_tree, result["phases"], sequences)
+    missing_tree = _missing_tree(expected.pmtest_tree, result["phases"], sequences)
     if missing_tree:
         result.update(verdict=FAIL, phase="pmtest-tree", reason=missing_tree)
         return result
@@ -275,33 +293,32 @@ def _described(failed):
     return ", ".join(f"{device} {cb} {trace.errno_text(err)}" for device, cb, err in failed)
 
 
-def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id,
-                     device_set=devices.DEFAULT, probe_history=None, pmtest_tree=None):
+def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id, expected=Expected()):
     """judge(), then the callback order against the seed's rules (lab/oracle):
     a cycle that slept and woke with callbacks out of order did not pass.
     The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
     through judge_reply); `./pmlab judge` (lab/rejudge.py) calls this again
-    on a recorded run."""
+    on a recorded run. A cycle that passed but took longer than
+    expected.limits fails (lab.latency.over_limit)."""
     parsed = parse_report(report)
-    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed, device_set,
-                   probe_history, pmtest_tree)
+    result = judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed, expected)
     violations, checked = judge_cycle(parsed.sections, parsed.callbacks, evidence)
     result.update(ordering_record(violations, checked))
     if violations and result["verdict"] == PASS:
         result.update(verdict=FAIL, phase="ordering", reason=str(violations[0]))
+    if result["verdict"] == PASS:
+        result.update(latency.over_limit(result, expected.limits))
     return result
 
 
-def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, device_set=devices.DEFAULT,
-                probe_history=None, pmtest_tree=None):
+def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, expected=Expected()):
     """judge_with_order on the guest's reply (None: booted afresh). Should
     the judge itself fail (a bug of ours, e.g. on a report it cannot read),
     the cycle is an `error` naming the exception, so it is still recorded
     and, not having passed, keeps its report (keep_evidence)."""
     try:
         return judge_with_order(mode, reply.output if reply else None, reply.status if reply else 0,
-                                events, evidence, timeline, token, boot_id, device_set, probe_history,
-                                pmtest_tree)
+                                events, evidence, timeline, token, boot_id, expected)
     except Exception as error:
         return {"verdict": ERROR, "phase": "lab",
                 "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}

@@ -54,6 +54,7 @@ when the damage killed the cycle's report.
 """
 
 import base64
+import dataclasses
 import datetime
 import functools
 import gzip
@@ -76,7 +77,7 @@ import yaml
 from lab import artifacts as artifacts_mod
 from lab import console, guest_report
 from lab.cycle import cycle_arguments
-from lab.judge import FRESH_BOOT, judge_with_order, keep_evidence
+from lab.judge import FRESH_BOOT, Expected, judge_with_order, keep_evidence
 from lab.errors import LabError
 from lab.guest import BASE_CMDLINE
 from lab.profiles import PROFILES, errata_cmdline, ramguard_cmdline
@@ -635,7 +636,7 @@ def console_events(mode, evidence, stamp, relaunches=0, report=None):
     return events
 
 
-def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firmware_errata=True):
+def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firmware_errata=True, limits=None):
     """Final records of `plan`'s cycles from one job's log. Returns
     (records, lost): lost are the plan entries the job never started (no
     kernel begin marker on the console); they get no record here. A cycle
@@ -652,6 +653,8 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
         if profile:  # as lab.session's records
             record.update(profile=profile,
                           firmware_errata=errata_cmdline(profile) if firmware_errata else "")
+        if limits:  # as lab.session's records: the judge reads them
+            record["limits"] = limits
         frame = found.get(number)
         marker = console.BEGIN.format(cycle=number)
         begin_index = next((index for index, text in enumerate(texts)
@@ -701,7 +704,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
         if start and end:
             record["host_seconds"] = round((end - start).total_seconds(), 3)
         record.update(judge_with_order(mode, frame["report"], frame["status"], events, evidence, [],
-                                       frame["token"], frame["boot_id"]))
+                                       frame["token"], frame["boot_id"], Expected.of_record(record)))
         keep_evidence(rundir, record, frame["report"], evidence)  # by the run's --keep
         records.append(record)
     return records, lost
@@ -723,7 +726,7 @@ def split(plan, jobs):
 
 def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
              poll_seconds=5, on_submitted=None, log=print, run_id=None, firmware_errata=True,
-             pmtest_tree=None, on_finished=None):
+             pmtest_tree=None, on_finished=None, limits=None):
     """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
     every cycle into `rundir` (lab.records.RunDir). `artifacts`: the http(s)
     URL the jobs download from, or a directory (prepare_artifacts') served
@@ -731,8 +734,9 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
     never began are resubmitted up to `retries` times. `tags` name the
     machine profile (job_profile); firmware_errata=False leaves its errata
     off the kernel command line. on_submitted(job_id, part) and
-    on_finished(job_id) follow the jobs. Returns the final records, one per
-    planned cycle, in plan order."""
+    on_finished(job_id) follow the jobs; limits: the run's suspend/resume
+    limits ({"suspend": s, "resume": s}), recorded and judged as libvirt's.
+    Returns the final records, one per planned cycle, in plan order."""
     profile = job_profile(tags)
     for number, mode, knobs in plan:
         check_mode(mode)
@@ -746,14 +750,14 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         log(f"lava: serving {server.directory} at {artifacts} (read-only; requests in lava/http.log)")
     try:
         return _run_jobs(plan, rundir, check_url(artifacts), identity, jobs, tags, retries, poll_seconds,
-                         on_submitted, on_finished, log, run_id, profile, firmware_errata, pmtest_tree)
+                         on_submitted, on_finished, log, run_id, profile, firmware_errata, pmtest_tree, limits)
     finally:
         if server is not None:
             server.stop()
 
 
 def _run_jobs(plan, rundir, artifacts_url, identity, jobs, tags, retries, poll_seconds, on_submitted, on_finished,
-              log, run_id, profile, firmware_errata, pmtest_tree):
+              log, run_id, profile, firmware_errata, pmtest_tree, limits=None):
     final, pending, attempt, lost_in = {}, list(plan), 0, {}
     while pending and attempt <= retries:
         running = {}
@@ -783,7 +787,7 @@ def _run_jobs(plan, rundir, artifacts_url, identity, jobs, tags, retries, poll_s
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
                 records, lost = cycle_records(part, entries, run_id, job_id, job, rundir, profile,
-                                              firmware_errata)
+                                              firmware_errata, limits)
                 for record in records:
                     rundir.append(record)
                     final[record["cycle"]] = record
@@ -886,7 +890,8 @@ class LavaEngine:
         return run_plan(plan, rundir, self.url, lava.identity, lava.jobs, self.tags, retries=request.lab_reruns,
                         on_submitted=submitted, on_finished=self.unfinished.discard,
                         log=lambda text: print(text, flush=True), run_id=request.run_id,
-                        firmware_errata=request.guest.firmware_errata, pmtest_tree=request.guest.pmtest_tree)
+                        firmware_errata=request.guest.firmware_errata, pmtest_tree=request.guest.pmtest_tree,
+                        limits=dataclasses.asdict(request.guest.limits))
 
     def close(self):
         """Cancel the jobs still running (an interrupted run), stop the artifact server."""

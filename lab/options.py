@@ -102,6 +102,9 @@ def add_guest(parser, defaults=None):
     parser.add_argument("--vcpus", type=int, default=defaults.get("vcpus"), help="guest CPUs (default 1)")
     parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS",
                         help="boot, suspend, resume, hibernate or restore watchdog")
+    parser.add_argument("--limit", action="append", metavar="NAME=SECONDS[,...]",
+                        help="a cycle whose suspend or resume (the guest's own trace times) takes longer "
+                             "fails, phase latency (default suspend=15,resume=15, as fwts)")
     parser.add_argument("--pmtest-tree", metavar="DEPTHxFANOUT",
                         help="size of pmtest's platform device trees (full, compat, legacy, async): levels "
                              "below each root x children per device; pmtest's default 2x2 is 7 devices a tree "

@@ -21,8 +21,8 @@ into an unfinished cycle.
 import os
 from dataclasses import dataclass
 
-from lab import devices, hang, modes
-from lab.judge import judge_with_order
+from lab import hang, modes
+from lab.judge import Expected, judge_with_order
 from lab.records import HANG, INTERRUPTED, UNFINISHED, cycles_path, host_events, is_done, read_cycles, read_report
 from lab.errors import LabError
 
@@ -69,8 +69,7 @@ def rejudge_record(run_dir, record):
     result = judge_with_order(mode, text, record.get("report_status", 0), host_events(record),
                               record.get("evidence") or [], record.get("timeline") or [],
                               record.get("token"), record.get("guest_boot_id"),
-                              device_set=record.get("devices", devices.DEFAULT),
-                              probe_history=record.get("probe_history"), pmtest_tree=record.get("pmtest_tree"))
+                              Expected.of_record(record))
     return Rejudged(record["cycle"], label, old, (result["verdict"], result.get("phase")), result.get("reason"))
 
 

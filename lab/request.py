@@ -58,6 +58,31 @@ def watchdogs_from(text_items):
     return Watchdogs(**values)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Seconds a cycle's suspend and resume may take, as the guest measured
+    them (suspend_ms, resume_ms), before the cycle fails (phase latency,
+    lab.latency.over_limit). fwts s3's defaults: 15 s each."""
+    suspend: float = 15
+    resume: float = 15
+
+
+def limits_from(text_items):
+    """Limits from ["suspend=15,resume=10", ...] (--limit, repeated or joined with commas)."""
+    values = asdict(Limits())
+    for item in (part for text in text_items or () for part in str(text).split(",") if part.strip()):
+        name, sep, seconds = item.strip().partition("=")
+        if not sep or name not in values:
+            raise LabError(f"bad --limit '{item}': use NAME=SECONDS with NAME one of {', '.join(values)}")
+        try:
+            values[name] = float(seconds)
+        except ValueError:
+            raise LabError(f"bad --limit '{item}': '{seconds}' is not a number of seconds") from None
+        if not values[name] > 0 or values[name] == float("inf"):
+            raise LabError(f"bad --limit '{item}': must be a positive number of seconds")
+    return Limits(**values)
+
+
 def parse_injections(items):
     """["CYCLE:NAME=VALUE", ...] -> {cycle: ((name, value), ...)}: pmtest knobs
     set for that cycle only (e.g. a delay past the watchdog to make it hang)."""
@@ -114,6 +139,7 @@ class Guest:
     devices: str = "lean"       # lab/devices.py SETS
     firmware_errata: bool = True
     watchdogs: Watchdogs = Watchdogs()
+    limits: Limits = Limits()   # a cycle slower than these fails (recorded in each record, judged there)
 
 
 @dataclass(frozen=True)
@@ -224,6 +250,7 @@ class RunRequest:
                            for number, name, wake, knobs in value.pop("cycles"))
             guest = dict(value.pop("guest"))
             guest["watchdogs"] = Watchdogs(**guest.get("watchdogs", {}))
+            guest["limits"] = Limits(**guest.get("limits", {}))
             if guest.get("pmtest_tree") is not None:
                 guest["pmtest_tree"] = tuple(guest["pmtest_tree"])
             lava = dict(value.pop("lava"))
@@ -299,6 +326,8 @@ def guest_from_args(args, base=Guest()):
         changes["pmtest_tree"] = pmtest_tree(args.pmtest_tree)
     if getattr(args, "watchdog", None):
         changes["watchdogs"] = watchdogs_from(args.watchdog)
+    if getattr(args, "limit", None):
+        changes["limits"] = limits_from(args.limit)
     if getattr(args, "firmware_errata", True) is False:
         changes["firmware_errata"] = False
     return dataclasses.replace(base, **changes)

@@ -122,6 +122,7 @@ class LibvirtEngine:
                                guest.memory, guest.vcpus, connection=self.connection,
                                sleepgraph_files=request.sleepgraph, pmtest_tree=guest.pmtest_tree,
                                firmware_errata=guest.firmware_errata, device_set=guest.devices,
+                               limits=guest.limits,
                                guest_stem=f"pmlab-{rundir.name}-w0" + (f"-c{first}" if first > 1 else ""),
                                progress=self.progress)
         self.rss_start = rss_kib()

@@ -3,6 +3,7 @@ leaves it unusable (hang, lab error, failed restore). Used by lab.run and by
 the pytest fixtures (one Session per xdist worker)."""
 
 import collections
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,7 +25,7 @@ class Session:
     def __init__(self, artifacts, rundir, uri=virt.DEFAULT_URI, profile="q35-ovmf",
                  watchdogs=None, worker="w0", memory_mib=512, vcpus=1, cmdline_extra="",
                  connection=None, sleepgraph_files=False, pmtest_tree=None, firmware_errata=True,
-                 device_set="lean", guest_stem=None, progress=None):
+                 device_set="lean", guest_stem=None, progress=None, limits=None):
         if profile not in virt.PROFILES:
             raise LabError(f"unknown machine profile '{profile}' (known: {', '.join(virt.PROFILES)})")
         self.artifacts = artifacts
@@ -45,6 +46,8 @@ class Session:
         if device_set not in devices.SETS:
             raise LabError(f"unknown device set '{device_set}' (known: {', '.join(devices.SETS)})")
         self.device_set = device_set  # lab.devices: lean or zoo
+        # suspend/resume time limits (lab.request.Limits): in every record, which the judge reads
+        self.limits = dataclasses.asdict(limits or request.Limits())
         # guests are named <stem>-<boot>: unique per run directory and
         # per process of one run (a nightly chunk's stem names its first cycle)
         self.guest_stem = guest_stem or f"pmlab-{rundir.name}-{worker}"
@@ -95,7 +98,7 @@ class Session:
                            "modules": self.artifacts.modules},
                 "profile": self.profile, "worker": self.worker,
                 "firmware_errata": virt.errata_cmdline(self.profile) if self.firmware_errata else "",
-                "devices": self.device_set,
+                "devices": self.device_set, "limits": self.limits,
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
     def cycle(self, mode, number, knobs=(), expect=PASS, press=None, while_asleep=None):

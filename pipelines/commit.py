@@ -1,7 +1,8 @@
 """The commit pipeline: build -> boot -> smoke cycles -> dashboard -> gate.
 
   ./pmlab commit [--build auto|always|never] [--mode mem*3,freeze*2,disk]
-                 [--results DIR] [--run-id ID] [--junit PATH] [lab.run options]
+                 [--results DIR] [--run-id ID] [--junit PATH] [--against RUN]
+                 [lab.run options]
   (the older --smoke mem=3,freeze=2,disk=1 still works)
 
 Stages (wall time of each printed as it ends, and a table at the end):
@@ -26,9 +27,14 @@ Stages (wall time of each printed as it ends, and a table at the end):
              the timeline pages it links, <run>/timelines/) ->
              dashboard.html.
   compare    against the previous run of this pipeline: the newest earlier
-             results/*/ whose pipeline.json says "commit" and that has cycles.
-             A mode whose pass rate dropped or a failure bucket that was not
-             there before is a regression (pipelines/compare.py).
+             results/*/ whose pipeline.json says "commit" and that has cycles
+             (--against RUN: that run instead). A mode whose pass rate
+             dropped, a failure bucket that was not there before, or a
+             device callback or PM phase slower (lab/latency.py, against
+             the previous run with up to BASELINE_RUNS-1 earlier pooled; the
+             device stage's run likewise against earlier commit-devices
+             runs) is a regression (pipelines/compare.py). Each run gets its
+             latency.json (the table of changes).
 
 Exit: 0 no regression, 1 regression (or the build / smoke could not give a
 result: a commit that does not build or boot regressed), 2 bad input or setup.
@@ -42,6 +48,7 @@ import time
 
 
 from lab import kernels  # noqa: E402
+from lab import latency  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import options  # noqa: E402
 from lab import request as request_mod  # noqa: E402
@@ -60,6 +67,10 @@ DEVICES_PIPELINE = "commit-devices"
 DEFAULT_SMOKE = "mem*3,freeze*2,disk"
 # The device guest's sample: a cycle of each mode, every device probed.
 DEVICE_SAMPLE = "mem,freeze,disk"
+# The latency gate's baseline: the previous run and the earlier ones pooled
+# (lab/latency.py): 5 smoke samples of a mem+freeze callback against up to
+# 50; the device stage's 2 against up to 20 (p < 0.01 needs 14: 7 runs).
+BASELINE_RUNS = 10
 
 
 def series_hash(series_dir):
@@ -126,8 +137,15 @@ def pipeline_runs(results, pipelines=("commit",)):
     return [path for _, path in sorted(found)]
 
 
-def previous_run(results, current_id):
+def previous_run(results, current_id, pipeline="commit"):
     """The newest earlier run dir of this pipeline that has cycles, or None."""
+    found = earlier_runs(results, current_id, pipeline, 1)
+    return found[0] if found else None
+
+
+def earlier_runs(results, current_id, pipeline="commit", count=BASELINE_RUNS):
+    """Up to `count` run dirs of `pipeline` started before current_id's, that
+    have cycles, newest first: the previous run, then those before it."""
     mine = read_json(os.path.join(results, current_id, MARKER)) or {}
     before = mine.get("started_epoch", time.time())
     candidates = []
@@ -136,17 +154,73 @@ def previous_run(results, current_id):
         if name == current_id or os.path.islink(path) or not os.path.isdir(path):
             continue
         marker = read_json(os.path.join(path, MARKER))
-        if not marker or marker.get("pipeline") != "commit":
+        if not marker or marker.get("pipeline") != pipeline:
             continue
         if marker.get("started_epoch", 0) >= before:
             continue
         if not os.path.isfile(cycles_path(path)):
             continue
         candidates.append((marker.get("started_epoch", 0), name, path))
+    found = []
     for _, _, path in sorted(candidates, reverse=True):
-        if read_records(path):
-            return path
-    return None
+        if len(found) < count and read_records(path):
+            found.append(path)
+    return found
+
+
+def against_runs(results, names):
+    """The run dirs --against names (a run id under results, or a path);
+    LabError naming one that holds no cycles."""
+    found = []
+    for name in names:
+        path = name if os.sep in name else os.path.join(results, name)
+        if not holds_run(path) or not read_records(path):
+            raise LabError(f"--against {name}: {path} holds no recorded cycles")
+        found.append(os.path.abspath(path))
+    return found
+
+
+def baseline_records(run_dirs, against):
+    """(previous run's records, earlier ones pooled) of gate_baseline's run
+    dirs, newest first; --against's runs, pooled, stand for the previous run."""
+    if not run_dirs:
+        return None, None
+    if against:
+        return [r for path in run_dirs for r in read_records(path)], None
+    return read_records(run_dirs[0]), [r for path in run_dirs[1:] for r in read_records(path)]
+
+
+def gate_baseline(results, run_id, against, pipeline="commit", suffix=""):
+    """The run dirs a run is compared with: --against's (each + suffix, the
+    device stage's "-devices"), else the previous runs of the pipeline."""
+    if against:
+        return [path + suffix for path in against if holds_run(path + suffix)]
+    return earlier_runs(results, run_id, pipeline)
+
+
+def baseline_note(names, against):
+    """The compare stage's words for what the run was compared with."""
+    if not names:
+        return "no previous run"
+    if against or len(names) == 1:
+        return f"vs {', '.join(names)}"
+    return f"vs {names[0]} (+{len(names) - 1} earlier pooled for latency)"
+
+
+def write_latency(run_dir, previous, current, earlier, baseline_dirs):
+    """The run's latency table (lab.latency.table) into <run dir>/latency.json."""
+    changes = compare_mod.latency_changes(previous, current, earlier)
+    latency.write_table(run_dir, latency.table(changes), [os.path.basename(p) for p in baseline_dirs])
+    return changes
+
+
+def latency_gate(results, run_id, records, against, pipeline, suffix, run_dir):
+    """The latency findings of a stage's run (the device guest's) against its
+    baseline (gate_baseline); writes its latency.json."""
+    dirs = gate_baseline(results, run_id, against, pipeline, suffix)
+    previous, earlier = baseline_records(dirs, against)
+    changes = write_latency(run_dir, previous, records, earlier, dirs)
+    return latency.as_findings(changes)
 
 
 def parse_args(argv):
@@ -160,6 +234,9 @@ def parse_args(argv):
     parser.add_argument("--no-devices", dest="device_sample", action="store_false",
                         help="skip the device-guest stage (a cycle of each mode with --devices zoo)")
     options.add_results(parser)
+    parser.add_argument("--against", action="append", metavar="RUN",
+                        help="compare with this run (a run id under --results, or a directory; repeat to pool "
+                             "several) instead of the previous commit runs; the device stage with RUN-devices")
     parser.add_argument("--junit", help="also write the JUnit XML here (for the CI system)")
     options.add_engine(parser)
     parser.add_argument("--kernel", metavar="SPEC",
@@ -203,6 +280,11 @@ def main(argv=None):
                    for arg in (f"--{name}", getattr(args, name))]
     run_id = args.run_id or f"commit-{stamp()}-{os.getpid()}"
     run_dir = os.path.join(args.results, run_id)
+    try:
+        against = against_runs(args.results, args.against or ())
+    except LabError as error:
+        print(f"commit: {error}", file=sys.stderr)
+        return 2
     if holds_run(run_dir):  # its records, marker and manifest are another run's
         print(f"commit: run {run_id} exists already ({run_dir} holds its records): give another --run-id",
               file=sys.stderr)
@@ -270,7 +352,7 @@ def main(argv=None):
         result, exit_code = "smoke could not start (lab.run exit 2)", 2
         return finish()
 
-    devices_failed = None
+    devices_failed, devices_latency = None, []
     if args.device_sample and args.engine in (None, "libvirt") and args.devices in (None, "lean"):
         with stages.stage("devices") as entry:
             devices_run = f"{run_id}-devices"
@@ -290,6 +372,8 @@ def main(argv=None):
             if code != 0:
                 entry["status"] = "failed"
                 devices_failed = f"device-guest sample failed ({entry['note']}, run {devices_run})"
+            devices_latency = latency_gate(args.results, devices_run, sample, against, DEVICES_PIPELINE,
+                                           "-devices", os.path.join(args.results, devices_run))
 
     campaign_failed = None
     if args.campaign:
@@ -334,16 +418,22 @@ def main(argv=None):
                 entry["status"] = "warn"
 
     with stages.stage("compare") as entry:
-        previous_dir = previous_run(args.results, run_id)
-        previous = read_records(previous_dir) if previous_dir else None
+        baseline_dirs = gate_baseline(args.results, run_id, against)
+        previous_dir = baseline_dirs[0] if baseline_dirs else None
+        previous, earlier = baseline_records(baseline_dirs, against)
         marker["previous"] = os.path.basename(previous_dir) if previous_dir else None
-        findings, lines = compare_mod.report(previous, records)
+        marker["baseline"] = [os.path.basename(path) for path in baseline_dirs]
+        findings, lines = compare_mod.report(previous, records, earlier=earlier)
+        write_latency(run_dir, previous, records, earlier, baseline_dirs)
         for line in lines:
             log(PROG, line)
-        entry["note"] = (f"vs {os.path.basename(previous_dir)}" if previous_dir else "no previous run") + \
-            f": {len(findings)} regression(s)"
+        entry["note"] = f"{baseline_note(marker['baseline'], against)}: {len(findings)} regression(s)"
         if findings:
             entry["status"] = "failed"
+    for finding in devices_latency:
+        finding["detail"] = f"device guest: {finding['detail']}"
+        findings.append(finding)
+        log(PROG, f"REGRESSION {finding['detail']}")
     if campaign_failed:
         findings.append({"kind": "campaign", "detail": campaign_failed})
         log(PROG, f"regression: {campaign_failed}")

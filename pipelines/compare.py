@@ -5,7 +5,12 @@
 A regression is
   - a mode whose pass rate dropped (lab.records.pass_rate, the one
     definition; a mode the previous run did not have is compared with 1.0), or
-  - a failure bucket present now that the previous run did not have.
+  - a failure bucket present now that the previous run did not have, or
+  - a device callback or PM phase slower than in the previous run (kind
+    "latency", lab/latency.py: one-sided Mann-Whitney U and an effect floor
+    on the medians); `earlier`: records of earlier runs of the pipeline,
+    pooled with the previous run into the baseline (a finding must still be
+    slower than the previous run alone). No previous run: no latency finding.
 A cycle made to fail on purpose (expected_verdict, as lab/session.py records
 for injected faults) is not in the rate and gives no bucket when it got that
 verdict; if it passed instead, that is bucket "expected-<verdict>-but-passed".
@@ -25,6 +30,7 @@ local rule, "<verdict>-in-<phase>".
 import re
 
 from dashboards import buckets, inputs
+from lab import latency
 from lab import records as records_module
 
 _PHASE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -101,9 +107,24 @@ def bucket_cycles(records, classify):
     return found
 
 
-def regressions(previous, current, classify=None):
-    """Findings (dicts, sorted): kind "pass-rate" or "new-bucket".
-    previous: records of the previous run, or None if there is none."""
+def latency_changes(previous, current, earlier=None):
+    """lab.latency.compare of the current run with the previous one (and
+    `earlier` records pooled in): [] without a previous run."""
+    if not previous:
+        return []
+    baseline = list(previous) + list(earlier or ())
+    return latency.compare(baseline, current, previous if earlier else None)
+
+
+def latency_findings(previous, current, earlier=None):
+    """The kind "latency" findings (lab.latency.findings' dicts) of latency_changes."""
+    return latency.as_findings(latency_changes(previous, current, earlier))
+
+
+def regressions(previous, current, classify=None, earlier=None):
+    """Findings (dicts, sorted): kind "pass-rate", "new-bucket" or "latency".
+    previous: records of the previous run, or None if there is none;
+    earlier: records of earlier runs pooled into the latency baseline."""
     classify = classify or default_buckets()
     findings = []
     before = mode_rates(previous or [])
@@ -121,12 +142,13 @@ def regressions(previous, current, classify=None):
         if bucket not in old:
             findings.append({"kind": "new-bucket", "bucket": bucket, "cycles": cycles,
                              "detail": f"new failure bucket {bucket} (cycles {', '.join(map(str, cycles))})"})
+    findings += latency_findings(previous, current, earlier)
     return findings
 
 
-def report(previous, current, classify=None):
+def report(previous, current, classify=None, earlier=None):
     """(findings, text lines) for printing."""
-    findings = regressions(previous, current, classify)
+    findings = regressions(previous, current, classify, earlier)
     lines = []
     if previous is None:
         lines.append("no previous run of this pipeline: any failure counts as new")

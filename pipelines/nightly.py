@@ -44,8 +44,8 @@ from lab.errors import LabError  # noqa: E402
 from pipelines import plan as plan_mod  # noqa: E402
 from pipelines.common import (PYTHON, REPO, hms, log, read_json, stamp, write_json,  # noqa: E402
                               write_run_manifest)
-from lab.records import (DONE, PASS, ResultsWriteError, RunDir, close_interrupted, is_done,  # noqa: E402
-                         not_as_expected, read_cycles, state_of, summarize)
+from lab.records import (DONE, PASS, ResultsWriteError, RunDir, close_interrupted, cycles_path,  # noqa: E402
+                         holds_run, is_done, not_as_expected, read_cycles, state_of, summarize)
 
 PROG = "nightly"
 STATE = "nightly.json"
@@ -229,6 +229,33 @@ class Child:
         return self.process.wait()
 
 
+def previous_nightly(results, name, state):
+    """The newest other nightly run dir under results of the same shard,
+    created before this one's state, that has cycles; or None."""
+    found = []
+    for other in os.listdir(results) if os.path.isdir(results) else ():
+        path = os.path.join(results, other)
+        theirs = read_json(os.path.join(path, STATE)) if other != name and not os.path.islink(path) else None
+        if theirs and theirs.get("shard") == state.get("shard") and \
+                str(theirs.get("created", "")) < str(state.get("created", "")) and \
+                holds_run(path):
+            found.append((str(theirs.get("created")), path))
+    return max(found)[1] if found else None
+
+
+def latency_report(rundir, state, records):
+    """The per-device latency change against the previous nightly
+    (lab/latency.py): <run dir>/latency.json and its table as lines."""
+    from lab import latency
+    previous = previous_nightly(os.path.dirname(rundir.path), rundir.name, state)
+    if previous is None:
+        return ["latency: no previous nightly run of this shard to compare with"]
+    changes = latency.compare(read_cycles(cycles_path(previous)), records)
+    rows = latency.table(changes)
+    latency.write_table(rundir.path, rows, [os.path.basename(previous)])
+    return [f"latency against {os.path.basename(previous)}:"] + latency.table_lines(rows)
+
+
 def progress(records, state, started, seconds_left):
     counts = {}
     for record in records:
@@ -349,6 +376,11 @@ def soak(request, state, state_path, resuming, rundir):
         write_junit(records, run_id, os.path.join(rundir.path, "junit.xml"))
     except Exception as error:  # the report must not hide the soak's result
         log(PROG, f"junit.xml not written: {error}")
+    try:
+        for line in latency_report(rundir, state, records):
+            log(PROG, line)
+    except Exception as error:  # the report must not hide the soak's result
+        log(PROG, f"latency.json not written: {error}")
     log(PROG, f"done: {progress(records, state, started, None)}; results {rundir.path}")
     if child.stop:
         log(PROG, f"interrupted: rerun with --run-id {run_id}"

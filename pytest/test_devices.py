@@ -168,22 +168,22 @@ def test_a_lean_report_has_no_probes():
 def test_recorded_device_guest_cycle_passes_with_every_device_probed():
     """A real zoo guest's S3 (pytest/recordings/record.py --zoo-only): judged
     again it passes, every device probed ok, the oracle finds nothing."""
-    from lab.judge import judge_with_order
+    from lab.judge import Expected, judge_with_order
     record = RECORDS[ZOO_MEM]
     result = judge_with_order(modes.parse_mode("mem"), report(ZOO_MEM), 0, record_format.host_events(record),
                               record["evidence"], record["timeline"], record["token"], record["guest_boot_id"],
-                              device_set=record["devices"])
+                              Expected(record["devices"]))
     assert (result["verdict"], result["ordering_violations"]) == ("pass", [])
     assert [(p["device"], p["ok"]) for p in result["probes"]] == [(d.name, True) for d in devices.ZOO]
     assert [(p["device"], p["ok"]) for p in result["probes_before"]] == [(d.name, True) for d in devices.ZOO]
 
 
 def _judge_zoo_mem(text, device_set="zoo", **history):
-    from lab.judge import judge_with_order
+    from lab.judge import Expected, judge_with_order
     record = RECORDS[ZOO_MEM]
     return judge_with_order(modes.parse_mode("mem"), text, 0, record_format.host_events(record),
                             record["evidence"], record["timeline"], record["token"], record["guest_boot_id"],
-                            device_set=device_set, **history)
+                            Expected(device_set=device_set, **history))
 
 
 def _without_section(text, name):
@@ -264,7 +264,7 @@ def test_a_real_drivers_failed_freeze_is_recovered_and_the_oracle_knows_why():
     the trace shows the failure; the pmtest log's judge is told of it, so
     recover is what it expects there, not thaw."""
     from lab.oracle import cycle_check
-    from lab.judge import judge_with_order
+    from lab.judge import Expected, judge_with_order
     name = "zoo-disk-kfault-freeze"
     record = RECORDS[name]
     args = (record_format.host_events(record), record["evidence"], record["timeline"], record["token"],

@@ -314,3 +314,12 @@ def test_a_job_log_cut_short_is_asked_for_again_not_a_crash(monkeypatch):
         jobs.job_log("pmlab", 1)
     assert jobs.job_log("pmlab", 1) == [{"lvl": "target", "msg": "x"}]
     assert issubclass(jobs.LavaError, LabError)  # lab.run reports a server that never answers as bad setup
+
+
+def test_a_lava_cycle_over_its_limit_fails_in_phase_latency(tmp_path):
+    """The run's --limit reaches the LAVA engine's records and judge as libvirt's."""
+    rundir = RunDir(str(tmp_path), "r", link_latest=False)
+    records, _ = jobs.cycle_records(PLAN, _entries(), "r", 1, JOB, rundir, limits={"suspend": 15, "resume": 0.001})
+    assert [(r["verdict"], r["phase"]) for r in records] == [("fail", "latency")] * 3
+    assert all(r["limits"] == {"suspend": 15, "resume": 0.001} for r in records)
+    assert records[0]["reason"].startswith("resume took ") and records[0]["reason"].endswith("over the 0.001 s limit")

@@ -719,6 +719,21 @@
     ], ids, 'No runs.');
   }
 
+  function latencyChange(data) {
+    var change = data.latency_change || {run: null, baseline: [], rows: []};
+    document.getElementById('latency-change-note').textContent = change.run === null ? 'No run.' :
+      'Run ' + change.run + (change.baseline.length ? ' against ' + change.baseline.join(', ') : ' (no earlier run of its device set)') +
+      ': device callbacks and PM phases whose median got slower by >= 20 ms and >= 20 %; flagged when the one-sided Mann-Whitney U test gives p < 0.01 (lab/latency.py).';
+    table(document.getElementById('table-latency-change'), [
+      ['callback or phase', function (r) { return [r.driver, r.device, r.callback].filter(Boolean).join(' '); }, 'text'],
+      ['median before (ms)', function (r) { return r.before_ms; }, 'num'],
+      ['median after (ms)', function (r) { return r.after_ms; }, 'num'],
+      ['n', function (r) { return r.n_before + ' vs ' + r.n_after; }, 'num'],
+      ['p', function (r) { return r.p; }, 'num'],
+      ['flagged', function (r) { return r.flagged ? el('span', 'status-fail', 'yes') : 'no'; }]
+    ], change.rows, 'Nothing slower by the floor.');
+  }
+
   function harnessMemory(data) {
     var section = data.harness_memory || {runs: {}};  /* dashboards written before it lack it */
     var rows = [];
@@ -754,7 +769,7 @@
     if (links) {
       try { timelineLinks = JSON.parse(links.textContent); } catch (error) { pageError('timeline links: ' + error); }
     }
-    var steps = [overview, headline, failures, kernelsSection, success, labErrors, worksAfterResume, bucketSection, trend, timing, hostTime, latency, runs, harnessMemory];
+    var steps = [overview, headline, failures, kernelsSection, success, labErrors, worksAfterResume, bucketSection, trend, timing, hostTime, latency, latencyChange, runs, harnessMemory];
     steps.forEach(function (step) {
       try { step(data); } catch (error) { pageError(step.name + ': ' + (error && error.stack || error)); }
     });
