@@ -264,7 +264,7 @@ def test_a_real_drivers_failed_freeze_is_recovered_and_the_oracle_knows_why():
     the trace shows the failure; the pmtest log's judge is told of it, so
     recover is what it expects there, not thaw."""
     from lab.oracle import cycle_check
-    from lab.judge import Expected, judge_with_order
+    from lab.judge import judge_with_order
     name = "zoo-disk-kfault-freeze"
     record = RECORDS[name]
     args = (record_format.host_events(record), record["evidence"], record["timeline"], record["token"],
