@@ -14,9 +14,9 @@ Stages (wall time of each printed as it ends, and a table at the end):
              newer than guest/* and the artifacts' modules.
   smoke      lab.run.run(request): a few cycles of each mode, one guest
              (booted once), or LAVA jobs with --engine lava.
-  devices    the smoke's request with devices zoo (lab/devices.py): a cycle of each mode on
-             the guest of real devices, every device probed after each
-             resume, as run <run id>-devices (--no-devices skips it; none
+  devices    the smoke's request with devices zoo (lab/devices.py): mem*3,freeze*2,disk on
+             the guest of real devices, every device probed before each
+             suspend and after each resume, as run <run id>-devices (--no-devices skips it; none
              when the smoke itself ran on the zoo or through LAVA); a cycle
              that did not pass is a regression.
   campaign   pytest/test_fault_campaign.py in real guests (--no-campaign
@@ -65,8 +65,11 @@ PROG = "commit"
 MARKER = "pipeline.json"
 DEVICES_PIPELINE = "commit-devices"
 DEFAULT_SMOKE = "mem*3,freeze*2,disk"
-# The device guest's sample: a cycle of each mode, every device probed.
-DEVICE_SAMPLE = "mem,freeze,disk"
+# The device guest's sample, every device probed: the smoke's counts, so
+# that a device callback run in mem and freeze has 5 samples a run, enough
+# for the latency gate to flag it against the previous run alone (exact
+# one-sided p = 1/252; a cycle of each mode, 2 samples, needed 7 earlier runs).
+DEVICE_SAMPLE = "mem*3,freeze*2,disk"
 # The latency gate's baseline: the previous run and the earlier ones pooled
 # (lab/latency.py): 5 smoke samples of a mem+freeze callback against up to
 # 50; the device stage's 2 against up to 20 (p < 0.01 needs 14: 7 runs).
@@ -232,7 +235,7 @@ def parse_args(argv):
     parser.add_argument("--no-campaign", dest="campaign", action="store_false",
                         help="skip the fault campaign stage")
     parser.add_argument("--no-devices", dest="device_sample", action="store_false",
-                        help="skip the device-guest stage (a cycle of each mode with --devices zoo)")
+                        help=f"skip the device-guest stage ({DEVICE_SAMPLE} with --devices zoo)")
     options.add_results(parser)
     parser.add_argument("--against", action="append", metavar="RUN",
                         help="compare with this run (a run id under --results, or a directory; repeat to pool "
