@@ -372,6 +372,12 @@ def bisect(argv):
     return pipeline.main(argv)
 
 
+def corpus(argv):
+    """the regression corpus: realistic kernel regressions through the commit pipeline, the detection rate"""
+    from pipelines import corpus as pipeline
+    return pipeline.main(argv)
+
+
 LAVA_DOC = """Manage the LAVA lab on this machine: Debian's lava-server (gunicorn, no
 apache), lava-scheduler, lava-publisher and lava-worker processes, each
 worker with QEMU devices of both machine profiles (pipelines/lava/lab-up,
@@ -463,7 +469,7 @@ def sleepgraph(argv):
 
 
 VERBS = {verb.__name__.replace("_", "-"): verb
-         for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, merge, junit,
+         for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, corpus, merge, junit,
                       baseline_compare, lava, sleepgraph)}
 # Verbs of the pmlab script itself (shell: the build before any Python runs).
 SHELL_VERBS = {"build": "install the Debian packages, build the kernel, pmtest and the guest image",
