@@ -34,7 +34,6 @@ or setup (the tree cannot be made, a patch does not apply).
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -44,7 +43,6 @@ import time
 
 from lab import kernels
 from lab import options
-from lab.records import hang_dump_path
 from pipelines.common import REPO, log, read_json, read_records, stamp, write_json
 
 PROG = "corpus"
@@ -175,11 +173,18 @@ def naming(case, findings, failed):
             "modes_right": blamed == sorted(case.get("modes") or [])}
 
 
-def case_result(case, code, findings, smoke, devices, seconds):
-    """One case's entry of corpus.json."""
+# The commit pipeline's results that say nothing of the kernel's behaviour:
+# a case that does not build or whose image cannot be made is the corpus's bug.
+NOT_TESTED = ("build failed", "initramfs failed")
+
+
+def case_result(case, code, findings, smoke, devices, seconds, result=None):
+    """One case's entry of corpus.json: caught only when the commit pipeline
+    found a regression in what the kernel did (not a failed build)."""
     failed = not_passed(smoke) + not_passed(devices)
     entry = {"name": case["name"], "kind": case.get("kind"), "device": case.get("device"),
-             "caught": code == 1, "exit": code, "seconds": round(seconds, 1),
+             "caught": code == 1 and result not in NOT_TESTED, "exit": code, "result": result,
+             "seconds": round(seconds, 1),
              "findings": [f.get("detail", f.get("kind")) for f in findings], "not_passed": failed}
     entry.update(naming(case, findings, failed))
     return entry
@@ -259,7 +264,7 @@ def run_case(case, tree, ref, root, args, baseline_root=None):
     code, marker, seconds = run_commit(commit_argv(tree, ref, case_root, run_id, args))
     smoke = read_records(os.path.join(case_root, run_id))
     devices = read_records(os.path.join(case_root, f"{run_id}-devices"))
-    entry = case_result(case, code, marker.get("regressions") or [], smoke, devices, seconds)
+    entry = case_result(case, code, marker.get("regressions") or [], smoke, devices, seconds, marker.get("result"))
     entry["run"] = os.path.relpath(os.path.join(case_root, run_id), root)
     entry["hang_dumps"] = [os.path.relpath(path, root) for run in (run_id, f"{run_id}-devices")
                            for path in copy_hang_dumps(os.path.join(case_root, run), case["name"], root)]
