@@ -219,8 +219,9 @@ def build_directory(path):
 def commit_argv(tree, ref, results, run_id, args):
     argv = ["--kernel", f"{tree}@{ref}", "--series", "none", "--no-campaign", "--results", results,
             "--run-id", run_id, "--mode", ",".join(args.mode)]
-    if args.uri:
-        argv += ["--uri", args.uri]
+    for name in ("uri", "profile"):
+        if getattr(args, name):
+            argv += [f"--{name}", getattr(args, name)]
     return argv
 
 
@@ -287,6 +288,7 @@ def parse_args(argv):
     options.add_modes(parser, f"{DEFAULT_SMOKE}: the smoke of each case", cycles=False, wake=False)
     options.add_results(parser)
     parser.add_argument("--uri", help="libvirt URI (as lab.run's)")
+    parser.add_argument("--profile", help="the guests' machine profile (as lab.run's; e.g. pc-seabios)")
     args = parser.parse_args(argv)
     args.mode = args.mode or [DEFAULT_SMOKE]
     return args
