@@ -372,6 +372,12 @@ def bisect(argv):
     return pipeline.main(argv)
 
 
+def corpus(argv):
+    """the regression corpus: realistic kernel regressions through the commit pipeline, the detection rate"""
+    from pipelines import corpus as pipeline
+    return pipeline.main(argv)
+
+
 LAVA_DOC = """Manage the LAVA lab on this machine: Debian's lava-server (gunicorn, no
 apache), lava-scheduler, lava-publisher and lava-worker processes, each
 worker with QEMU devices of both machine profiles (pipelines/lava/lab-up,
@@ -469,8 +475,8 @@ def latency_check(argv):
 
 
 VERBS = {verb.__name__.replace("_", "-"): verb
-         for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, merge, junit,
-                      baseline_compare, lava, sleepgraph, latency_check)}
+         for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, corpus,
+                      merge, junit, baseline_compare, lava, sleepgraph, latency_check)}
 # Verbs of the pmlab script itself (shell: the build before any Python runs).
 SHELL_VERBS = {"build": "install the Debian packages, build the kernel, pmtest and the guest image",
                "check-series": "the patch series: applies, checkpatch --strict, builds (kernel/check-series)"}

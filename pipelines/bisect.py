@@ -5,6 +5,7 @@ commit of a kernel git tree, with `git bisect run`.
                  [--build-dir build/bisect] [--mode mem*2,freeze] [--keep]
   ./pmlab bisect GOOD BAD --check-cmd 'SHELL COMMAND'
   ./pmlab bisect --kernel-tree DIR GOOD_REF BAD_REF [--series DIR|none] [--check ...]
+                 [--devices zoo] [--check gate [--device X] [--callback Y]]
   (the older --smoke mem=2,freeze=1 still works)
 
 With --kernel-tree, GOOD_REF and BAD_REF are commits (tags, branches) of a
@@ -30,6 +31,14 @@ with this script's --step:
           and lab.run.run of the smoke's request (--mode cycles and the
           guest options, written once as a file the steps read). Any
           failed cycle -> bad.
+  gate    the smoke at GOOD once (before the bisection: the reference),
+          then each step's smoke compared with it by the commit gate
+          (pipelines.compare.regressions: pass rates, new failure buckets,
+          and whatever else the gate reports, e.g. a slower callback);
+          --device X / --callback Y keep only the findings naming them.
+          Any finding -> bad. With --devices zoo the smoke runs on the
+          guest of real devices: a device dead after a resume is a failed
+          cycle (smoke) or a new bucket (gate) -> bad.
   --check-cmd: run this shell command in the commit's checkout instead
           (exit 0 good, 125 skip, 1..127 bad).
 A setup error (lab.run exit 2) or Ctrl-C (130) aborts the bisection (exit 128).
@@ -40,6 +49,7 @@ The first bad commit's subject names the patch; printed as
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -55,7 +65,7 @@ from lab import options  # noqa: E402
 from lab import request as request_mod  # noqa: E402
 from lab import run as lab_run  # noqa: E402
 from pipelines.commit import smoke_as_modes  # noqa: E402
-from pipelines.common import PYTHON, REPO, log, run  # noqa: E402
+from pipelines.common import PYTHON, REPO, log, read_records, run  # noqa: E402
 
 PROG = "bisect"
 DEFAULT_SMOKE = "mem*2,freeze"
@@ -126,6 +136,25 @@ def step(args):
     """One `git bisect run` step in the current directory: a series prefix,
     or (--kernel-tree) a commit of the scratch clone."""
     started = time.monotonic()
+    checked = build_and_smoke(args, started)
+    if isinstance(checked, int):
+        return checked
+    code, run_dir = checked
+    if code in (2, 130):  # bad setup, or Ctrl-C: says nothing of this commit
+        return ABORT
+    if args.check == "gate":
+        findings = gate_findings(read_records(args.reference), read_records(run_dir), args.device, args.callback)
+        for finding in findings:
+            log(PROG, f"step: gate: {finding.get('detail', finding)}")
+        log(PROG, f"step: gate: {len(findings)} finding(s) against {os.path.basename(args.reference)}")
+        return 1 if findings else 0
+    return 0 if code == 0 else 1
+
+
+def build_and_smoke(args, started):
+    """Build the current directory's commit (or series prefix) and run the
+    smoke on it: (lab.run exit, run dir), or a step's exit when it ends
+    before the smoke (--check-cmd, --check build, a failed build)."""
     build_dir = os.path.abspath(args.build_dir)
     if args.kernel_tree:
         commit = git(os.getcwd(), "rev-parse", "HEAD", capture=True).strip()
@@ -167,9 +196,33 @@ def step(args):
     request = request_mod.RunRequest.read(args.request).replace(run_id=f"bisect-{label}-{int(time.time())}")
     code = lab_run.run(request).code
     log(PROG, f"step: smoke exit {code} ({time.monotonic() - started:.1f} s)")
-    if code in (2, 130):  # bad setup, or Ctrl-C: says nothing of this commit
-        return ABORT
-    return 0 if code == 0 else 1
+    return code, os.path.join(request.results, request.run_dir or request.run_id)
+
+
+def cited(finding, records):
+    """The step's records a finding is about: the cycles it lists, or the
+    cycles of its mode that did not pass (a pass-rate finding)."""
+    cycles = set(finding.get("cycles") or ())
+    if cycles:
+        return [record for record in records if record.get("cycle") in cycles]
+    return [record for record in records if finding.get("mode") and record.get("mode") == finding["mode"]
+            and record.get("verdict") != "pass"]
+
+
+def matches(finding, records, device=None, callback=None):
+    """A gate finding about `device` (and `callback`): named in it (a
+    latency finding's fields, a bucket, its detail) or in the records it
+    cites (a device-check failure's reason names the device)."""
+    text = json.dumps([finding, cited(finding, records)], sort_keys=True, default=str)
+    return (not device or device in text) and (not callback or callback in text)
+
+
+def gate_findings(reference, current, device=None, callback=None):
+    """The commit gate's findings (pipelines.compare.regressions) of a step's
+    records against GOOD's, those naming --device/--callback if given."""
+    from pipelines import compare
+    return [finding for finding in compare.regressions(reference, current)
+            if matches(finding, current, device, callback)]
 
 
 def seed_tree(build_dir):
@@ -199,8 +252,12 @@ def _step_argv(args, work):
     own options, the smoke as a request file (written once, in `work`)."""
     argv = [PYTHON, "-m", "cli.main", "bisect", "--step", "--check", args.check,
             "--build-dir", os.path.abspath(args.build_dir)]
-    if args.check == "smoke" and not args.check_cmd:
+    if args.check in ("smoke", "gate") and not args.check_cmd:
         argv += ["--request", smoke_request(args).write(os.path.join(work, "smoke-request.json"))]
+    if args.check == "gate" and not args.check_cmd:
+        argv += ["--reference", args.reference]
+        argv += [arg for name in ("device", "callback") if getattr(args, name)
+                 for arg in (f"--{name}", getattr(args, name))]
     if args.check_cmd:
         argv += ["--check-cmd", args.check_cmd]
     if args.kernel_tree:
@@ -236,9 +293,38 @@ def _scratch(args, name):
             shutil.rmtree(work, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _cwd(path):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def reference_run(args, repo, good, work):
+    """--check gate: GOOD built and smoked once (in repo, checked out at
+    GOOD): the run directory every step is compared with."""
+    git(repo, "checkout", "-q", good)
+    reference = argparse.Namespace(**{**vars(args), "check": "smoke", "check_cmd": None,
+                                      "request": smoke_request(args).write(os.path.join(work, "smoke-request.json"))})
+    log(PROG, f"gate: the reference smoke at GOOD {good[:12]}")
+    with _cwd(repo):
+        checked = build_and_smoke(reference, time.monotonic())
+    if isinstance(checked, int) or checked[0] in (2, 130):
+        code = checked if isinstance(checked, int) else checked[0]
+        raise BisectError(f"the reference smoke at GOOD {good[:12]} could not run (exit {code}): "
+                          "nothing to compare the steps with")
+    log(PROG, f"gate: reference {checked[1]} (lab.run exit {checked[0]})")
+    return checked[1]
+
+
 def _first_bad(args, repo, bad, good):
     """`git bisect start BAD GOOD` and run the steps in repo: (first bad
     commit, its subject, seconds of steps), or None when bisect named none."""
+    if args.check == "gate" and not args.check_cmd:
+        args.reference = reference_run(args, repo, good, os.path.dirname(repo))
     git(repo, "bisect", "start", bad, good)
     started = time.monotonic()
     code, first = _bisect_run(repo, _step_argv(args, os.path.dirname(repo)))
@@ -298,7 +384,12 @@ def parse_args(argv):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("good", nargs="?")
     parser.add_argument("bad", nargs="?")
-    parser.add_argument("--check", choices=("build", "smoke"), default="smoke")
+    parser.add_argument("--check", choices=("build", "smoke", "gate"), default="smoke",
+                        help="build: compiles; smoke: no cycle fails; gate: the commit gate "
+                             "(pipelines.compare.regressions) finds nothing against GOOD's smoke")
+    parser.add_argument("--device", help="--check gate: only findings naming this device (e.g. e1000e)")
+    parser.add_argument("--callback", help="--check gate: only findings naming this callback (e.g. suspend)")
+    parser.add_argument("--reference", help=argparse.SUPPRESS)  # a gate step: GOOD's run directory
     parser.add_argument("--check-cmd", help="shell command instead of build/smoke (0 good, 125 skip, else bad)")
     parser.add_argument("--series-dir", default=os.path.join(REPO, "kernel", "patches", "6.1"))
     parser.add_argument("--build-dir", default=os.path.join(REPO, "build", "bisect"),
@@ -317,6 +408,10 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if not args.step and (args.good is None or args.bad is None):
         parser.error("GOOD and BAD are required")
+    if (args.device or args.callback) and args.check != "gate":
+        parser.error("--device and --callback filter the gate's findings: give --check gate")
+    if args.step and args.check == "gate" and not args.check_cmd and not args.reference:
+        parser.error("a gate step needs --reference RUN_DIR")
     if args.series and not args.kernel_tree:
         parser.error("--series goes with --kernel-tree (the series bisection takes --series-dir)")
     if args.smoke is not None:

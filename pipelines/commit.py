@@ -121,7 +121,9 @@ def initramfs_current(artifacts, repo=REPO):
     image = os.path.join(artifacts, "initramfs.cpio.gz")
     if not os.path.isfile(image):
         return False, "no initramfs"
-    newest, which = newest_mtime(os.path.join(repo, "guest"), os.path.join(artifacts, "modules"))
+    # drivers/: the device guest's modules (a driver-only commit changes only them)
+    newest, which = newest_mtime(os.path.join(repo, "guest"), os.path.join(artifacts, "modules"),
+                                 os.path.join(artifacts, "drivers"))
     if newest > os.stat(image).st_mtime:
         return False, f"{os.path.relpath(which, repo)} is newer than the initramfs"
     return True, "inputs older than the image"

@@ -51,8 +51,8 @@ def test_the_verb_list():
     listed = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
     assert listed == list(cli.VERBS) + list(cli.SHELL_VERBS)
     assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "timeline", "devices", "bench", "commit",
-                               "nightly", "soak", "bisect", "merge", "junit", "baseline-compare", "lava", "sleepgraph",
-                               "latency-check"]
+                               "nightly", "soak", "bisect", "corpus", "merge", "junit", "baseline-compare", "lava",
+                               "sleepgraph", "latency-check"]
 
 
 def test_the_project_has_one_door():

@@ -589,3 +589,24 @@ def test_version3_records_keep_their_callbacks_through_merge(tmp_path):
         assert got.read() == want.read()
     assert json.dumps(compute.compute([merged]), sort_keys=True) == \
         json.dumps(compute.compute([single.path]), sort_keys=True)
+
+
+def test_initramfs_is_stale_when_a_device_driver_module_changed(tmp_path):
+    """A driver-only commit (the regression corpus's e1000e, ahci cases)
+    rebuilds only out/drivers/...ko: the device guest's image must be
+    rebuilt, or the device guest boots the previous driver."""
+    repo, artifacts = tmp_path / "repo", tmp_path / "out"
+    (repo / "guest").mkdir(parents=True)
+    (repo / "guest" / "init").write_text("#!/bin/sh\n")
+    driver = artifacts / "drivers" / "lib" / "modules" / "6.1" / "ahci.ko"
+    driver.parent.mkdir(parents=True)
+    driver.write_bytes(b"old")
+    (artifacts / "modules").mkdir()
+    image = artifacts / "initramfs.cpio.gz"
+    image.write_bytes(b"image")
+    os.utime(repo / "guest" / "init", (1000, 1000))
+    os.utime(driver, (1000, 1000))
+    assert commit_mod.initramfs_current(str(artifacts), repo=str(repo))[0]
+    os.utime(driver, (os.stat(image).st_mtime + 10,) * 2)
+    current, why = commit_mod.initramfs_current(str(artifacts), repo=str(repo))
+    assert not current and "ahci.ko" in why

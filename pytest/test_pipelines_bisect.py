@@ -266,3 +266,60 @@ def test_every_step_runs_its_smoke_on_the_guest_asked_for(tmp_path):
     assert (request.guest.devices, request.guest.profile) == ("zoo", "pc-seabios")
     assert [c.mode.name for c in request.cycles] == ["mem", "mem"]
     assert (request.artifacts, request.results) == (str(tmp_path / "b" / "out"), str(tmp_path / "b" / "results"))
+
+
+# ------------------------------------------------ --devices zoo and --check gate
+
+
+def _gate_args(tmp_path, *extra):
+    return bisect_mod.parse_args(["--kernel-tree", str(tmp_path), "good", "bad",
+                                  "--build-dir", str(tmp_path / "build"), *extra])
+
+
+def test_bisect_smoke_request_carries_the_device_guest(tmp_path):
+    """--devices zoo reaches every step's request: a device dead after a
+    resume fails the step's cycle (lab.devices' device-check), so the commit is bad."""
+    request = bisect_mod.smoke_request(_gate_args(tmp_path, "--devices", "zoo", "--mode", "mem"))
+    assert request.guest.devices == "zoo"
+    assert bisect_mod.smoke_request(_gate_args(tmp_path, "--mode", "mem")).guest.devices in (None, "lean")
+
+
+def test_gate_step_argv_names_the_reference_and_the_filters(tmp_path):
+    args = _gate_args(tmp_path, "--check", "gate", "--device", "e1000e", "--callback", "suspend")
+    args.reference = str(tmp_path / "ref-run")
+    argv = bisect_mod._step_argv(args, str(tmp_path))
+    assert argv[argv.index("--check") + 1] == "gate"
+    assert argv[argv.index("--reference") + 1] == str(tmp_path / "ref-run")
+    assert argv[argv.index("--device") + 1] == "e1000e" and argv[argv.index("--callback") + 1] == "suspend"
+    assert os.path.isfile(argv[argv.index("--request") + 1])
+
+
+def test_device_and_callback_need_check_gate(tmp_path):
+    result = _bisect("--kernel-tree", str(tmp_path), "a", "b", "--device", "e1000e")
+    assert result.returncode == 2 and "--check gate" in result.stderr
+
+
+def _record(cycle, mode, verdict="pass", phase=None, reason=None):
+    return {"run_id": "r", "cycle": cycle, "mode": mode, "status": "done", "verdict": verdict,
+            "phase": phase, "reason": reason}
+
+
+def test_gate_findings_of_a_dead_device_filtered_by_device():
+    """A device-check failure at a step and not at GOOD is a finding; with
+    --device it counts only when its cycle's record names that device."""
+    good = [_record(1, "mem"), _record(2, "freeze")]
+    step = [_record(1, "mem", "fail", "device-check", "sata-disk (disk): write to /dev/sda failed"),
+            _record(2, "freeze")]
+    assert bisect_mod.gate_findings(good, step)
+    assert bisect_mod.gate_findings(good, step, device="sata-disk")
+    assert bisect_mod.gate_findings(good, step, device="e1000e") == []
+    assert bisect_mod.gate_findings(good, good) == []
+
+
+def test_gate_findings_callback_filter_reads_the_finding_itself():
+    """A finding that names device and callback in its own fields (the
+    latency gate's) passes the filter without any failed cycle."""
+    finding = {"kind": "latency", "device": "e1000e", "callback": "suspend", "detail": "e1000e suspend slower"}
+    assert bisect_mod.matches(finding, [], device="e1000e", callback="suspend")
+    assert not bisect_mod.matches(finding, [], device="e1000e", callback="resume")
+    assert not bisect_mod.matches(finding, [], device="nvme")
