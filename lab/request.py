@@ -42,20 +42,28 @@ class Watchdogs:
     restore: float = 300   # domain started again -> report from the resumed image
 
 
+def seconds_settings(settings, text_items, option, name_word):
+    """settings (a dataclass of seconds: Watchdogs, Limits) with the values
+    of ["NAME=SECONDS", ...] (repeated or joined with commas), each a
+    positive, finite number; a bad item is a LabError naming it as
+    `option` ('bad watchdog ...', 'bad --limit ...')."""
+    values = asdict(settings)
+    for item in (part.strip() for text in text_items or () for part in str(text).split(",") if part.strip()):
+        name, sep, seconds = item.partition("=")
+        if not sep or name not in values:
+            raise LabError(f"bad {option} '{item}': use {name_word}=SECONDS with {name_word} one of {', '.join(values)}")
+        try:
+            values[name] = float(seconds)
+        except ValueError:
+            raise LabError(f"bad {option} '{item}': '{seconds}' is not a number of seconds") from None
+        if not 0 < values[name] < float("inf"):
+            raise LabError(f"bad {option} '{item}': must be a positive number of seconds")
+    return type(settings)(**values)
+
+
 def watchdogs_from(text_items):
     """Watchdogs from ["phase=seconds", ...] (--watchdog, pytest's too)."""
-    values = asdict(Watchdogs())
-    for item in text_items or ():
-        phase, sep, seconds = str(item).partition("=")
-        if not sep or phase not in values:
-            raise LabError(f"bad watchdog '{item}': use PHASE=SECONDS with PHASE one of {', '.join(values)}")
-        try:
-            values[phase] = float(seconds)
-        except ValueError:
-            raise LabError(f"bad watchdog '{item}': '{seconds}' is not a number of seconds") from None
-        if values[phase] <= 0:
-            raise LabError(f"bad watchdog '{item}': must be positive")
-    return Watchdogs(**values)
+    return seconds_settings(Watchdogs(), text_items, "watchdog", "PHASE")
 
 
 @dataclass(frozen=True)
@@ -69,18 +77,7 @@ class Limits:
 
 def limits_from(text_items):
     """Limits from ["suspend=15,resume=10", ...] (--limit, repeated or joined with commas)."""
-    values = asdict(Limits())
-    for item in (part for text in text_items or () for part in str(text).split(",") if part.strip()):
-        name, sep, seconds = item.strip().partition("=")
-        if not sep or name not in values:
-            raise LabError(f"bad --limit '{item}': use NAME=SECONDS with NAME one of {', '.join(values)}")
-        try:
-            values[name] = float(seconds)
-        except ValueError:
-            raise LabError(f"bad --limit '{item}': '{seconds}' is not a number of seconds") from None
-        if not values[name] > 0 or values[name] == float("inf"):
-            raise LabError(f"bad --limit '{item}': must be a positive number of seconds")
-    return Limits(**values)
+    return seconds_settings(Limits(), text_items, "--limit", "NAME")
 
 
 def parse_injections(items):
