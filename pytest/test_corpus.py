@@ -112,6 +112,18 @@ def test_every_case_applies_to_the_patched_tree_on_its_own_branch(tmp_path):
     assert "recover_noirq" not in corpus.git(tree, "show", "pristine:include/linux/pm.h")
 
 
+@pytest.mark.kernel
+def test_every_case_is_checkpatch_clean():
+    """A regression a developer might send: kernel style, Signed-off-by."""
+    checkpatch = os.path.join(SOURCE, "scripts", "checkpatch.pl")
+    assert os.path.exists(checkpatch), f"no {checkpatch}: ./pmlab build extracts the tree"
+    for case in corpus.load_cases():
+        with open(os.path.join(corpus.CORPUS, case["patch"])) as patch:
+            done = subprocess.run([checkpatch, "--strict", "-q", "-"], stdin=patch, cwd=SOURCE,
+                                  capture_output=True, text=True)
+        assert done.returncode == 0, f"{case['patch']}: {done.stdout}"
+
+
 def _run_corpus(tmp_path, *argv):
     return subprocess.run([PYTHON, "-m", "cli.main", "corpus", "--results", str(tmp_path), "--run-id", "c",
                            "--tree", os.path.join(REPO, "build", "corpus", "tree.git"), *argv],
