@@ -77,6 +77,17 @@ def test_a_case_is_caught_by_a_regression_and_named_by_its_device_and_modes():
     assert right["modes_right"]
 
 
+def test_a_hang_naming_the_cases_driver_names_its_device():
+    """A hang's reason names the stuck callback's device as the kernel does
+    (its dev_name and driver), not by the probe's name."""
+    case = dict(_case(), device="nvme-disk", driver="nvme", modes=["disk"])
+    hung = [_rec(3, "disk", "hang", "hibernate", "hibernate hung: 0000:00:0c.0 (nvme) bus[freeze] started 243.2 s "
+                 "before the trace was dumped, never returned (nvme_simple_suspend)")]
+    assert corpus.naming(case, [], hung)["device_named"]
+    other = [dict(hung[0], reason="hibernate hung: 0000:00:05.0 (xhci_hcd) bus[freeze] ...")]
+    assert not corpus.naming(case, [], other)["device_named"]
+
+
 def test_a_case_that_does_not_build_is_not_caught():
     entry = corpus.case_result(_case(), 1, [], [], [], 60.0, "build failed")
     assert not entry["caught"] and entry["result"] == "build failed"
