@@ -36,12 +36,19 @@ def artifacts(request):
     return os.path.abspath(_artifacts(request.config))
 
 
+def _as_on_a_terminal():
+    """SIGINT as a terminal's foreground job has it: a shell's background
+    job (`.ci/run &`, nohup) inherits it ignored, and Python then installs
+    no KeyboardInterrupt handler: the Ctrl-C test would send it in vain."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(argv, log_path):
     """A child in its own session (so it can be killed as a group)."""
     env = dict(os.environ, PYTHONPATH=REPO)
     log = open(log_path, "w")
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_on_a_terminal)
 
 
 def _lines(path):
