@@ -40,7 +40,6 @@ read_result(): pipelines/soak takes them from there, not from the text).
 """
 
 import argparse
-import json
 import os
 import statistics
 import shutil
@@ -272,11 +271,7 @@ def write_result(results, result):
 
 def read_result(results):
     """The numbers of the last lab.bench run under `results`, or None."""
-    try:
-        with open(os.path.join(results, RESULT_FILE)) as source:
-            result = json.load(source)
-    except (OSError, ValueError):
-        return None
+    result = files.read_json(os.path.join(results, RESULT_FILE))
     return result if isinstance(result, dict) else None
 
 

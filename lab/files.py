@@ -21,6 +21,16 @@ def write_atomically(path, text):
         raise
 
 
+def read_json(path, default=None):
+    """The JSON value in `path`, or `default` when it is missing or
+    unreadable (the reader of a side file: a bench result, a latency table)."""
+    try:
+        with open(path) as source:
+            return json.load(source)
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
+        return default
+
+
 def write_json(path, data, sort_keys=True, compact=False):
     """`data` as JSON (indented, one trailing newline; compact: no spaces,
     for caches), written atomically."""

@@ -45,7 +45,6 @@ The measured false-alarm rate and detection threshold: pipelines/README.md
 """
 
 import dataclasses
-import json
 import math
 import os
 import statistics
@@ -311,9 +310,6 @@ def write_table(run_dir, rows, baseline):
 
 def read_table(run_dir):
     """A run's latency.json, or None (none written, or unreadable)."""
-    try:
-        with open(os.path.join(run_dir, TABLE_FILE)) as source:
-            table_value = json.load(source)
-    except (OSError, ValueError):
-        return None
+    from lab import files
+    table_value = files.read_json(os.path.join(run_dir, TABLE_FILE))
     return table_value if isinstance(table_value, dict) and isinstance(table_value.get("rows"), list) else None

@@ -3,7 +3,6 @@ running a command with its output streamed, reading a run directory."""
 
 import contextlib
 import datetime
-import json
 import os
 import subprocess
 import sys
@@ -85,11 +84,7 @@ def run(argv, prefix=None, env=None, cwd=None):
 
 
 def read_json(path, default=None):
-    try:
-        with open(path) as source:
-            return json.load(source)
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
-        return default
+    return files.read_json(path, default)
 
 
 def write_json(path, data):
