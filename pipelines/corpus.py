@@ -21,7 +21,9 @@ in pipelines/corpus/cases.json (the table is pipelines/README.md's
 3. each case: the same on its branch, against the baseline (a copy of the
    baseline's run directories is the case's previous run). Every build uses
    one build directory (--build-dir, PMLAB_BUILD; default build/corpus):
-   between cases only the changed driver is compiled.
+   between cases only the changed driver is compiled, and its first build
+   starts from build/'s objects when build/ holds the patched tree
+   (seed_build): a driver, not a whole kernel.
 
 Per case: caught (the commit pipeline said regression, exit 1), its
 findings (how the gate named it), the cycles that did not pass with their
@@ -218,6 +220,50 @@ def build_directory(path):
             os.environ["PMLAB_BUILD"] = before
 
 
+MAIN_BUILD = os.path.join(REPO, "build")
+# Older than any object file: a seeded tree's sources never look newer than
+# the objects copied beside them, until a checkout rewrites one.
+SEED_MTIME = 946684800  # 2000-01-01
+
+
+def seed_build(build, tree, patched, main_build=MAIN_BUILD):
+    """A first corpus build starts from the main build's objects instead of
+    a whole kernel: when `build` has no object directory yet and the main
+    build (kernel/build's build/) was compiled from exactly the patched
+    commit's tree, its object directory is copied (mtimes kept) and the
+    corpus tree is cloned as kernel/build would clone it, every source file
+    dated before those objects. A case's checkout then rewrites only its
+    patch's file and make compiles that driver alone. Returns why it did
+    or did not seed (a log line)."""
+    objects, source = os.path.join(build, "kernel"), os.path.join(build, "src", "linux")
+    main_source, main_objects = os.path.join(main_build, "src", "linux"), os.path.join(main_build, "kernel")
+    if os.path.exists(os.path.join(objects, ".config")):
+        return f"{objects} is there: incremental from it"
+    if not os.path.exists(os.path.join(main_objects, ".config")):
+        return f"not seeded: {main_objects} has no build (a whole kernel is compiled)"
+    try:
+        main_tree = git(main_source, "rev-parse", "HEAD^{tree}")
+        dirty = git(main_source, "status", "--porcelain", "--untracked-files=no")
+    except CorpusError as error:
+        return f"not seeded: {error}"
+    if dirty or main_tree != git(tree, "rev-parse", f"{patched}^{{tree}}"):
+        return (f"not seeded: {main_source} is not the patched commit's tree "
+                f"({'changed files' if dirty else main_tree[:12]}): a whole kernel is compiled")
+    shutil.rmtree(source, ignore_errors=True)
+    os.makedirs(os.path.dirname(source), exist_ok=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", tree, source], check=True)
+    git(source, "checkout", "-q", "--detach", patched)
+    subprocess.run(f"git ls-files -z | xargs -0 touch -h -d @{SEED_MTIME}", shell=True, cwd=source, check=True)
+    # The index learns the new dates (content unchanged): no checkout rewrites them.
+    git(source, "update-index", "-q", "--refresh")
+    # kernel/tree.sh's stamp for a clone of this tree: it is not cloned again.
+    with open(os.path.join(os.path.dirname(source), ".tarball"), "w") as stamp_file:
+        stamp_file.write(f"git {tree}\n")
+    shutil.rmtree(objects, ignore_errors=True)
+    subprocess.run(["cp", "-a", main_objects, objects], check=True)
+    return f"seeded from {main_build}: its objects, the patched tree dated before them"
+
+
 def commit_argv(tree, ref, results, run_id, args):
     argv = ["--kernel", f"{tree}@{ref}", "--series", "none", "--no-campaign", "--results", results,
             "--run-id", run_id, "--mode", ",".join(args.mode)]
@@ -313,6 +359,7 @@ def main(argv=None):
     try:
         patched = make_patched_tree(tree)
         refs = {case["name"]: make_case_branch(tree, case) for case in cases}
+        log(PROG, f"build directory {build}: {seed_build(build, tree, patched)}")
     except (CorpusError, OSError, subprocess.CalledProcessError) as error:
         print(f"corpus: {error}", file=sys.stderr)
         return 2
