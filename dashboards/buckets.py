@@ -109,6 +109,8 @@ def stuck_suffix(stuck):
         return ""
     if stuck.get("device"):
         return f":{device_id(stuck.get('driver') or '', stuck['device'])}:{stuck.get('callback')}"
+    if stuck.get("probe"):  # every callback returned; the device's probe never did
+        return f":{stuck['probe']}" + (f":{stuck['function']}" if stuck.get("function") else "")
     return f":{stuck['function']}" if stuck.get("function") else ""
 
 

@@ -362,7 +362,8 @@ def drive_cycle(guest, mode, number, rundir, watchdogs=None, knobs=(), meta=None
         dump_text = "\n".join(dump) + "\n"
         dump_path = rundir.write_file(hang_dump_path(number, guest.name), dump_text)
         stuck = hang_dump.where(dump_text)  # the device callback that never returned
-        record.update(verdict=HANG, phase=hang.phase, reason=hang_dump.reason(hang.phase, stuck, hang.detail),
+        phase = hang_dump.phase(hang.phase, stuck)
+        record.update(verdict=HANG, phase=phase, reason=hang_dump.reason(phase, stuck, hang.detail),
                       agent_channel=agent_state, hang_dump=dump_path, guest_usable=False,
                       problems=console.problems(evidence), **{records.STUCK_FIELD: stuck})
     elif lab_error is not None:

@@ -11,6 +11,11 @@ Sources:
   sysrq 'w' (or 't'): the blocked task whose stack runs through
       dpm_run_callback names the driver function it is stuck in (the only
       source when the trace is missing; it names no device).
+  guest/pmlab-probe's trace markers ("pmlab-probe sd-card begin"/"end"):
+      when every callback returned, a device guest's probe that began and
+      never ended is where it hangs (a driver that broke the device so its
+      I/O blocks); the first blocked task with a driver's frame says in
+      what (sysrq w: "kworker/0:1 in __mmc_claim_host [mmc_core]").
 A guest in a phase with device interrupts off (noirq) takes no sysrq: the
 host then sends an NMI, which guest/init makes a panic that prints the
 stuck CPU's stack and the trace buffer; both are read the same way.
@@ -18,7 +23,7 @@ stuck CPU's stack and the trace buffer; both are read the same way.
 
 import re
 
-from lab import console, trace
+from lab import console, records, trace
 
 FTRACE_BEGIN = "Dumping ftrace buffer:"
 FTRACE_RULE = "-" * 33
@@ -125,6 +130,51 @@ def task_stacks(lines, modules=None):
     return stacks
 
 
+PROBE_MARK = re.compile(r"^pmlab-probe (?P<device>\S+) (?P<edge>begin|end)$")
+# The phase a hang in a probe is charged to: the device check, not the resume.
+PROBE_PHASE = "device-check"
+
+
+def open_probe(events):
+    """The device whose guest probe began and never ended in the trace,
+    and whether that was before the suspend (probes_before); None: none."""
+    probe, suspended = None, False
+    for event in events:
+        if event.name != "tracing_mark_write":
+            continue
+        body = event.body.strip()
+        if body == START_MARKER:
+            suspended = True
+        match = PROBE_MARK.match(body)
+        if match:
+            probe = (match["device"], not suspended) if match["edge"] == "begin" else None
+    return probe
+
+
+# A sysrq w/t task line: "task:kworker/0:1     state:D stack:0     pid:14 ..."
+BLOCKED_TASK = re.compile(r"\btask:(?P<task>\S{1,64})\s+state:D\b.*?\bpid:\s*(?P<pid>\d{1,9})")
+
+
+def blocked_in(lines):
+    """(task, function, module) of the first blocked task (state D) whose
+    stack, outside the kernel's own waiting, has a module's frame: the
+    driver a hang outside any callback is stuck in. None: no such task."""
+    current, seen = None, set()
+    for line in lines:
+        text = console.strip_timestamp(line)
+        task = BLOCKED_TASK.search(text)
+        if task or TASK.search(text):
+            current = task["task"] if task and task["pid"] not in seen else None
+            if task:
+                seen.add(task["pid"])
+            continue
+        match = FRAME.match(text)
+        if current and match and match["module"] and match["offset"] != match["size"] \
+                and not GENERIC.match(match["function"]):
+            return current, match["function"], match["module"]
+    return None
+
+
 def stuck_function(lines, modules=None):
     """The function a PM callback's task is stuck in (of several such
     tasks, the first: it may be another device's than stuck_call()'s when
@@ -143,6 +193,11 @@ def stuck_function(lines, modules=None):
     return None
 
 
+def _stuck(**found):
+    """A stuck field with every key of the record format, unshown ones null."""
+    return dict(dict.fromkeys(records.STUCK_KEYS), **found)
+
+
 def where(dump):
     """Where the hung cycle of a hang dump (lab/cycle.py) is stuck:
     {device, driver, callback, function, since_s, source} with None for
@@ -153,10 +208,9 @@ def where(dump):
     modules = {}
     function = stuck_function(lines, modules)
     if call is None and function is None:
-        return None
+        return stuck_probe(lines, events)
     # without the trace, the function's module is the one hint of its driver
-    found = {"device": None, "driver": modules.get(function), "callback": None, "function": function,
-             "since_s": None, "source": "stack"}
+    found = _stuck(driver=modules.get(function), function=function, source="stack")
     if call is not None:
         start = buffer_start(lines, events)
         found.update(device=call.name, driver=call.driver.strip() or None, callback=call.label,
@@ -164,6 +218,24 @@ def where(dump):
         if start is not None and dumped_at is not None:
             found["since_s"] = round(dumped_at - (start + call.ts), 1)
     return found
+
+
+def stuck_probe(lines, events):
+    """where() when no callback is open: the guest's probe that never ended
+    ({probe: device, ...}), with what the first blocked task is stuck in."""
+    probe = open_probe(events)
+    if probe is None:
+        return None
+    device, before = probe
+    task, function, module = blocked_in(lines) or (None, None, None)
+    return _stuck(driver=module, function=function, source="trace marker" + (", stack" if function else ""),
+                  probe=device, probe_section="probes_before" if before else "probes", blocked_task=task)
+
+
+def phase(watched, stuck):
+    """The hang's phase: the host watchdog's, or the device check when the
+    dump shows a probe that never ended (every callback had returned)."""
+    return PROBE_PHASE if stuck and stuck.get("probe") else watched
 
 
 def named(stuck):
@@ -175,6 +247,12 @@ def named(stuck):
             if stuck.get("since_s") is not None else " started,"
         function = f" ({stuck['function']})" if stuck.get("function") else ""
         return f"{stuck['device']}{driver} {stuck['callback']}{since} never returned{function}"
+    if stuck.get("probe"):
+        when = "before the suspend" if stuck.get("probe_section") == "probes_before" else "after the resume"
+        blocked = f"; blocked: {stuck.get('blocked_task') or 'a task'} in {stuck['function']} " \
+                  f"[{stuck['driver']}]" if stuck.get("function") and stuck.get("driver") else ""
+        return f"every device callback returned; the guest's probe of {stuck['probe']} {when} never " \
+               f"finished{blocked}"
     module = f" of {stuck['driver']}" if stuck.get("driver") else ""
     return f"a device callback{module} stuck in {stuck['function']} (no trace of which device)"
 

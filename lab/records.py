@@ -758,14 +758,17 @@ def failed_callbacks(record):
 
 # A hung cycle's callback that started and never returned (lab/hang.py reads
 # it from the hang dump): {"device", "driver", "callback", "function",
-# "since_s", "source"}, any of them null when the dump did not show it.
+# "since_s", "source"}, any of them null when the dump did not show it;
+# when every callback had returned, the device guest's probe that never
+# ended: {"probe", "probe_section", "blocked_task"} (null otherwise).
 STUCK_FIELD = "stuck"
-STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source")
+STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source", "probe", "probe_section",
+              "blocked_task")
 
 
 def stuck(record):
     """The record's stuck callback (STUCK_FIELD) with every key, a value of
-    the wrong type as null; None when it names neither device nor function."""
+    the wrong type as null; None when it names no device, function or probe."""
     found = record.get(STUCK_FIELD)
     if not isinstance(found, dict):
         return None
@@ -773,7 +776,7 @@ def stuck(record):
     typed = {key: found.get(key) if isinstance(found.get(key), str) else None for key in STUCK_KEYS}
     typed["since_s"] = since if isinstance(since, (int, float)) and not isinstance(since, bool) \
         and math.isfinite(since) else None
-    return typed if typed["device"] or typed["function"] else None
+    return typed if typed["device"] or typed["function"] or typed["probe"] else None
 
 
 # ------------------------------------------------------------------ counting

@@ -19,6 +19,9 @@ Recordings (pytest/recordings/, from pc-seabios guests of this kernel):
                               callback never returns (the corpus's regression)
   hang-dump-nvme-no-trace.txt.gz  the corpus helper's dump of that regression
                               (/tmp/corpus-hang-dump-nvme.txt), written without sysrq 'z'
+  hang-dump-mmc-probe.txt.gz  device guest, mem, the corpus's mmc-rpm-leak kernel
+                              (mmc_blk_suspend keeps the card claimed): every
+                              callback returned, the sd-card probe after the resume blocks
   hang-dump.txt               an older dump without the sysrq 'z' section
 """
 
@@ -39,6 +42,8 @@ LEAN = "hang-dump-sysrq-z.txt.gz"
 ZOO = "hang-dump-zoo-async.txt.gz"
 STALE = "hang-dump-async-stale-frame.txt.gz"
 NMI = "hang-dump-noirq-nmi.txt.gz"
+# A callback's hang names no probe: the keys a probe's hang fills are null.
+NO_PROBE = {"probe": None, "probe_section": None, "blocked_task": None}
 
 
 def zoo_record():
@@ -49,13 +54,13 @@ def zoo_record():
 def test_the_trace_names_the_callback_that_never_returned():
     assert hang.where(read(LEAN)) == {
         "device": "pmtest_class.1", "driver": "pmtest", "callback": "class[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.7, "source": "trace, stack"}
+        "function": "pmtest_knobs_apply", "since_s": 21.7, "source": "trace, stack", **NO_PROBE}
 
 
 def test_an_async_callback_that_never_returned_is_named():
     assert hang.where(read(ZOO)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, stack"}
+        "function": "pmtest_knobs_apply", "since_s": 21.9, "source": "trace, stack", **NO_PROBE}
 
 
 def test_a_real_driver_whose_freeze_never_returns_is_named():
@@ -65,7 +70,7 @@ def test_a_real_driver_whose_freeze_never_returns_is_named():
     stale nvme_shutdown+0xe/0xe among the scheduler's frames skipped)."""
     stuck = hang.where(read("hang-dump-nvme-freeze.txt.gz"))
     assert stuck == {"device": "0000:00:0c.0", "driver": "nvme", "callback": "bus[freeze]",
-                     "function": "nvme_simple_suspend", "since_s": 46.7, "source": "trace, stack"}
+                     "function": "nvme_simple_suspend", "since_s": 46.7, "source": "trace, stack", **NO_PROBE}
     assert hang.reason("hibernate", stuck, "domain still running 40s after the request") == (
         "hibernate hung: 0000:00:0c.0 (nvme) bus[freeze] started 46.7 s before the trace was dumped, never "
         "returned (nvme_simple_suspend); domain still running 40s after the request")
@@ -73,12 +78,51 @@ def test_a_real_driver_whose_freeze_never_returns_is_named():
     assert compare.default_buckets()(hung) == ["hang-in-hibernate:0000:00:0c.0 (nvme):bus[freeze]"]
 
 
+MMC_PROBE = "hang-dump-mmc-probe.txt.gz"
+
+
+def test_a_probe_that_never_finished_after_every_callback_returned_is_named():
+    """The corpus's mmc-rpm-leak: the resume completed, then the guest's
+    sd-card probe blocked (its card still claimed by the suspend). Where is
+    the probe's begin marker with no end (guest/pmlab-probe), and the
+    first blocked task with a driver's frame; the hang is the device
+    check's, not the resume's."""
+    stuck = hang.where(read(MMC_PROBE))
+    assert stuck == {"device": None, "driver": "mmc_core", "callback": None, "function": "mmc_get_card",
+                     "since_s": None, "source": "trace marker, stack", "probe": "sd-card",
+                     "probe_section": "probes", "blocked_task": "kworker/0:1H"}
+    phase = hang.phase("resume", stuck)
+    assert phase == "device-check"
+    assert hang.reason(phase, stuck, "no report from the guest within 60s") == (
+        "device-check hung: every device callback returned; the guest's probe of sd-card after the resume "
+        "never finished; blocked: kworker/0:1H in mmc_get_card [mmc_core]; no report from the guest within 60s")
+    hung = {"cycle": 1, "status": "done", "mode": "mem", "verdict": "hang", "phase": phase, "stuck": stuck}
+    assert compare.default_buckets()(hung) == ["hang-in-device-check:sd-card:mmc_get_card"]
+    assert records.stuck(hung) == stuck
+    assert schemas.errors(schemas.CYCLE_RECORD, dict(zoo_record(), **hung)) == []
+
+
+def test_a_probe_that_ended_or_a_callback_still_open_is_not_the_probes_hang():
+    text = read(MMC_PROBE)
+    # the same dump with the sd-card probe's end in the trace: nothing open, nothing named
+    ended = re.sub(r"(.*tracing_mark_write: pmlab-probe sd-card begin\n)",
+                   lambda m: m[1] + m[1].replace(" begin", " end"), text)
+    assert ended != text and hang.where(ended) is None
+    assert hang.phase("resume", None) == "resume"
+    # a probe before the suspend is said to be one
+    events = [trace.Event(0.1, "tracing_mark_write", "pmlab-probe sata-disk begin", "pmlab-probe", 0)]
+    assert hang.open_probe(events) == ("sata-disk", True)
+    events.append(trace.Event(0.2, "tracing_mark_write", "SUSPEND START", "pmlab-ag", 0))
+    events.append(trace.Event(0.3, "tracing_mark_write", "pmlab-probe sata-disk end", "pmlab-probe", 0))
+    assert hang.open_probe(events) is None
+
+
 def test_a_hibernation_freeze_that_never_returned_is_named():
     """disk, --inject '1:delay=pmtest_async.7 freeze 40000' --watchdog
     hibernate=20: the hang the watchdog sees as "domain still running"."""
     stuck = hang.where(read("hang-dump-disk-freeze.txt.gz"))
     assert stuck == {"device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[freeze]",
-                     "function": "pmtest_knobs_apply", "since_s": 26.6, "source": "trace, stack"}
+                     "function": "pmtest_knobs_apply", "since_s": 26.6, "source": "trace, stack", **NO_PROBE}
     assert hang.reason("hibernate", stuck, "domain still running 20s after the request") == (
         "hibernate hung: pmtest_async.7 (pmtest_async) bus[freeze] started 26.6 s before the trace was dumped, "
         "never returned (pmtest_knobs_apply); domain still running 20s after the request")
@@ -95,7 +139,7 @@ def test_a_noirq_hang_is_named_from_the_nmi_panic():
     assert "Kernel panic - not syncing: NMI: Not continuing" in parts["## guest NMI (no sysrq answer)"]
     assert hang.where(text) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "noirq driver[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.6, "source": "trace, stack"}
+        "function": "pmtest_knobs_apply", "since_s": 21.6, "source": "trace, stack", **NO_PROBE}
     assert hang.took_sysrq(read(LEAN).splitlines())
 
 
@@ -108,7 +152,7 @@ def test_a_stale_frame_among_the_schedulers_is_not_the_function():
     assert worker[:3] == ["__schedule", "to_kthread", "schedule"]
     assert hang.where(read(STALE)) == {
         "device": "pmtest_async.7", "driver": "pmtest_async", "callback": "bus[suspend]",
-        "function": "pmtest_knobs_apply", "since_s": 21.4, "source": "trace, stack"}
+        "function": "pmtest_knobs_apply", "since_s": 21.4, "source": "trace, stack", **NO_PROBE}
 
 
 def test_the_dump_is_read_as_the_trace_with_its_own_clock():
@@ -133,7 +177,7 @@ def test_without_a_trace_the_stack_names_the_function_only():
     callback names the driver function, no device."""
     assert hang.where(read("hang-dump.txt")) == {
         "device": None, "driver": "pmtest", "callback": None, "function": "pmtest_cb_begin", "since_s": None,
-        "source": "stack"}
+        "source": "stack", **NO_PROBE}
     assert hang.reason("suspend", hang.where(read("hang-dump.txt")), "guest not asleep") == \
         "suspend hung: a device callback of pmtest stuck in pmtest_cb_begin (no trace of which device); " \
         "guest not asleep"
@@ -145,7 +189,7 @@ def test_the_corpus_nvme_hang_without_a_trace_names_the_driver_function():
     function and its module, no device."""
     stuck = hang.where(read("hang-dump-nvme-no-trace.txt.gz"))
     assert stuck == {"device": None, "driver": "nvme", "callback": None, "function": "nvme_simple_suspend",
-                     "since_s": None, "source": "stack"}
+                     "since_s": None, "source": "stack", **NO_PROBE}
     hung = {"cycle": 3, "status": "done", "mode": "disk", "verdict": "hang", "phase": "hibernate", "stuck": stuck}
     assert compare.default_buckets()(hung) == ["hang-in-hibernate:nvme_simple_suspend"]
 
@@ -199,18 +243,19 @@ def test_the_sysrq_z_wait_ends_at_the_closing_rule():
 def test_the_record_names_where_and_the_schema_types_it():
     record = zoo_record()
     # recorded when the source was called "trace, sysrq w" (now "trace, stack": an NMI's stack too)
-    assert dict(record["stuck"], source="trace, stack") == hang.where(read(ZOO))
+    assert dict(record["stuck"], source="trace, stack", **NO_PROBE) == hang.where(read(ZOO))
     assert record["reason"].startswith("suspend hung: pmtest_async.7 (pmtest_async) bus[suspend] started 21.9 s "
                                        "before the trace was dumped, never returned (pmtest_knobs_apply); "
                                        "guest not asleep")
-    assert records.stuck(record) == record["stuck"]
+    # recorded before a probe's hang was named: the keys it adds read as null
+    assert records.stuck(record) == dict(record["stuck"], **NO_PROBE)
     assert schemas.errors(schemas.CYCLE_RECORD, record) == []
     bad = dict(record, stuck={"device": 7})
     assert [path for path, _ in schemas.errors(schemas.CYCLE_RECORD, bad)] == [["stuck", "device"]]
     assert records.stuck(dict(record, stuck="pmtest_async.7")) is None
     # a value of the wrong type is no value (the page and the bucket use them as typed)
     damaged = records.stuck(dict(record, stuck=dict(record["stuck"], since_s="21.9", callback=["x"])))
-    assert damaged == dict(record["stuck"], since_s=None, callback=None)
+    assert damaged == dict(record["stuck"], since_s=None, callback=None, **NO_PROBE)
     assert records.stuck(dict(record, stuck={"device": None, "function": 3})) is None
 
 
@@ -247,7 +292,7 @@ def test_the_timeline_page_of_a_hang_draws_its_dump_trace(tmp_path):
     run, record = _run_with_the_zoo_hang(tmp_path)
     path = timeline.write_run(str(run), [1])[(record["run_id"], 1)]
     data = json.loads(re.search(r'id="timeline-data">(.*?)</script>', open(path).read(), re.S).group(1))
-    assert data["no_trace"] is None and data["state"] == "hang" and data["stuck"] == record["stuck"]
+    assert data["no_trace"] is None and data["state"] == "hang" and data["stuck"] == records.stuck(record)
     open_calls = [(row["device"], call["cb"]) for row in data["rows"] for call in row["calls"] if call["us"] is None]
     assert open_calls == [("pmtest_async.7 (pmtest_async)", "bus[suspend]")]
     assert len(data["rows"]) > 100 and data["hang_dump"] == "../" + record["hang_dump"]

@@ -155,8 +155,12 @@
     var text = s.device
       ? 'never returned: ' + s.device + (s.driver ? ' (' + s.driver + ')' : '') + ' ' + (s.callback || '') +
         (s.since_s === null ? '' : ', started ' + s.since_s.toFixed(1) + ' s before the trace was dumped')
-      : 'a device callback never returned';
-    if (s.function) text += ', stuck in ' + s.function;
+      : s.probe
+        ? 'every device callback returned; the guest\'s probe of ' + s.probe +
+          (s.probe_section === 'probes_before' ? ' before the suspend' : ' after the resume') + ' never finished'
+        : 'a device callback never returned';
+    if (s.function) text += ', stuck in ' + s.function + (s.probe && s.driver ? ' [' + s.driver + ']' : '') +
+      (s.blocked_task ? ' (' + s.blocked_task + ')' : '');
     var item = el('li', 'fail', text + ' (from ' + (s.source || 'the hang dump') + ') ');
     data.rows.forEach(function (row, index) {
       if (row.name !== s.device) return;
