@@ -119,7 +119,7 @@ root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
                   examples (--fuzz-share 25; the full run: all of them) and
                   its temporary files in /dev/shm (unless TMPDIR is set).
                   ./pmlab test --fast installs, builds and checks nothing
-                  first and needs no root: 1,034 tests on 2026-12-07, 72 s
+                  first and needs no root: 1,038 tests on 2026-12-07, 72 s
                   on 2 idle cores.
   --results DIR   results root of the guest tests' run and of junit.xml
                   (pytest's own name for it is --lab-results)

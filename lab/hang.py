@@ -24,6 +24,7 @@ stuck CPU's stack and the trace buffer; both are read the same way.
 import re
 
 from lab import console, records, trace
+from lab.oracle import from_callbacks, judge as judge_order
 
 FTRACE_BEGIN = "Dumping ftrace buffer:"
 FTRACE_RULE = "-" * 33
@@ -193,6 +194,16 @@ def stuck_function(lines, modules=None):
     return None
 
 
+def order_slip(events, call):
+    """The oracle's ordering finding about the stuck callback's device in
+    the dump's trace (e.g. its parent's suspend started while it ran: the
+    PM core did not wait for it), or None. A hang under such a slip is the
+    core's, not only the driver's it is stuck in."""
+    calls, parents = from_callbacks(trace.paired_callbacks(events))
+    return next((violation.message for violation in judge_order(calls, parents)
+                 if violation.rule == "order" and violation.device == call.device), None)
+
+
 def _stuck(**found):
     """A stuck field with every key of the record format, unshown ones null."""
     return dict(dict.fromkeys(records.STUCK_KEYS), **found)
@@ -214,7 +225,7 @@ def where(dump):
     if call is not None:
         start = buffer_start(lines, events)
         found.update(device=call.name, driver=call.driver.strip() or None, callback=call.label,
-                     source="trace" if function is None else "trace, stack")
+                     source="trace" if function is None else "trace, stack", order=order_slip(events, call))
         if start is not None and dumped_at is not None:
             found["since_s"] = round(dumped_at - (start + call.ts), 1)
     return found
@@ -246,7 +257,8 @@ def named(stuck):
         since = f" started {stuck['since_s']:.1f} s before the trace was dumped," \
             if stuck.get("since_s") is not None else " started,"
         function = f" ({stuck['function']})" if stuck.get("function") else ""
-        return f"{stuck['device']}{driver} {stuck['callback']}{since} never returned{function}"
+        order = f"; out of order: {stuck['order']}" if stuck.get("order") else ""
+        return f"{stuck['device']}{driver} {stuck['callback']}{since} never returned{function}{order}"
     if stuck.get("probe"):
         when = "before the suspend" if stuck.get("probe_section") == "probes_before" else "after the resume"
         blocked = f"; blocked: {stuck.get('blocked_task') or 'a task'} in {stuck['function']} " \

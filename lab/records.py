@@ -760,10 +760,12 @@ def failed_callbacks(record):
 # it from the hang dump): {"device", "driver", "callback", "function",
 # "since_s", "source"}, any of them null when the dump did not show it;
 # when every callback had returned, the device guest's probe that never
-# ended: {"probe", "probe_section", "blocked_task"} (null otherwise).
+# ended: {"probe", "probe_section", "blocked_task"} (null otherwise); and
+# "order", the oracle's ordering finding about the stuck device (its parent
+# started while it ran), or null.
 STUCK_FIELD = "stuck"
 STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source", "probe", "probe_section",
-              "blocked_task")
+              "blocked_task", "order")
 
 
 def stuck(record):

@@ -167,12 +167,14 @@ def not_passed(records):
 def naming(case, findings, failed):
     """Whether the lab named the case's device, by its probe's name
     ("sata-disk") or as the kernel does, with its driver ("0000:00:0c.0
-    (nvme)": a hang's stuck callback), and the modes it blamed (device-guest
-    cycles that did not pass) against the case's own."""
+    (nvme)": a hang's stuck callback), or said the case's own words
+    ("named_by": a PM-core slip has no one device), and the modes it blamed
+    (device-guest cycles that did not pass) against the case's own."""
     text = " ".join([f.get("detail", "") for f in findings] + [str(c.get("reason") or "") for c in failed])
     device, driver = case.get("device") or "", case.get("driver") or ""
     blamed = sorted({c["mode"] for c in failed if c.get("mode")})
-    return {"device_named": bool(device) and (device in text or f"({driver})" in text),
+    said = bool(case.get("named_by")) and case["named_by"] in text
+    return {"device_named": said or (bool(device) and (device in text or f"({driver})" in text)),
             "modes_blamed": blamed,
             "modes_right": blamed == sorted(case.get("modes") or [])}
 

@@ -88,6 +88,17 @@ def test_a_hang_naming_the_cases_driver_names_its_device():
     assert not corpus.naming(case, [], other)["device_named"]
 
 
+def test_a_core_slip_is_named_by_what_the_oracle_says():
+    case = dict(_case(), name="pm-async-order", device="", driver="", kind="ordering",
+                named_by="the PM core waits for the children")
+    hung = [_rec(1, "mem", "hang", "suspend", "suspend hung: 1:0:0:0 (sd) bus[suspend] started, never returned "
+                 "(blk_execute_rq); out of order: parent target1:0:0 (scsi)'s suspend started while this suspend "
+                 "was running (this one never returned); the PM core waits for the children to return first")]
+    assert corpus.naming(case, [], hung)["device_named"]
+    assert not corpus.naming(case, [], [dict(hung[0], reason="suspend hung: 1:0:0:0 (sd) never returned")])[
+        "device_named"]
+
+
 def test_a_case_that_does_not_build_is_not_caught():
     entry = corpus.case_result(_case(), 1, [], [], [], 60.0, "build failed")
     assert not entry["caught"] and entry["result"] == "build failed"

@@ -43,7 +43,7 @@ ZOO = "hang-dump-zoo-async.txt.gz"
 STALE = "hang-dump-async-stale-frame.txt.gz"
 NMI = "hang-dump-noirq-nmi.txt.gz"
 # A callback's hang names no probe: the keys a probe's hang fills are null.
-NO_PROBE = {"probe": None, "probe_section": None, "blocked_task": None}
+NO_PROBE = {"probe": None, "probe_section": None, "blocked_task": None, "order": None}
 
 
 def zoo_record():
@@ -90,7 +90,7 @@ def test_a_probe_that_never_finished_after_every_callback_returned_is_named():
     stuck = hang.where(read(MMC_PROBE))
     assert stuck == {"device": None, "driver": "mmc_core", "callback": None, "function": "mmc_get_card",
                      "since_s": None, "source": "trace marker, stack", "probe": "sd-card",
-                     "probe_section": "probes", "blocked_task": "kworker/0:1H"}
+                     "probe_section": "probes", "blocked_task": "kworker/0:1H", "order": None}
     phase = hang.phase("resume", stuck)
     assert phase == "device-check"
     assert hang.reason(phase, stuck, "no report from the guest within 60s") == (

@@ -247,6 +247,56 @@ def test_trace_swapped_parent_and_child_suspend_is_flagged():
     assert "parent pmtest_full.0" in found[0].message
 
 
+def _ended_after(lines, end_index, later_index):
+    """The trace with the end event at end_index moved to just after the
+    line at later_index, its time 1 µs after that line's (a callback that
+    returned only after the other had started)."""
+    stamp = re.compile(r"(\d+\.\d{6}): ")
+    later = float(stamp.search(lines[later_index])[1])
+    moved = stamp.sub(f"{later + 1e-6:.6f}: ", lines[end_index], count=1)
+    kept = lines[:end_index] + lines[end_index + 1:]
+    at = later_index if later_index < end_index else later_index - 1
+    return kept[:at + 1] + [moved] + kept[at + 1:]
+
+
+def test_a_parent_suspend_started_before_its_child_returned_is_flagged():
+    """The corpus's pm-async-order: the order of the starts is right
+    (child first) but the parent did not wait for the child to return."""
+    lines = trace_lines()
+    child = callback_block(lines, "dpm_suspend", "pmtest_full.1")
+    parent = callback_block(lines, "dpm_suspend", "pmtest_full.0")
+    found = trace_verdict(_ended_after(lines, child[1], parent[0]))
+    assert rules_of(found) == {"order"} and [v.device for v in found] == ["pmtest_full.1 (pmtest_full)"]
+    assert found[0].message == ("parent pmtest_full.0 (pmtest_full)'s suspend started while this suspend was running (this one "
+                                "returned 0.001 ms after); the PM core waits for the children to return first")
+
+
+def test_a_child_resume_started_before_its_parent_returned_is_flagged():
+    lines = trace_lines()
+    parent = callback_block(lines, "dpm_resume", "pmtest_full.0")
+    child = callback_block(lines, "dpm_resume", "pmtest_full.1")
+    found = trace_verdict(_ended_after(lines, parent[1], child[0]))
+    assert [v.device for v in found] == ["pmtest_full.1 (pmtest_full)"]
+    assert found[0].message == ("resume started while parent pmtest_full.0 (pmtest_full)'s resume was running (the "
+                                "parent returned 0.001 ms after); the PM core waits for the parent to return first")
+
+
+def test_a_stuck_callback_whose_parent_went_on_is_the_order_slip_of_the_corpus():
+    """The recorded hang of the corpus's pm-async-order kernel (device
+    guest, mem): sd 1:0:0:0's suspend never returned, and its parent's
+    started while it ran; other parents did not wait either."""
+    text = gzip.open(os.path.join(RECORDINGS, "hang-dump-async-order.txt.gz"), "rt").read()
+    from lab import hang, trace
+    events, _ = hang.ftrace_events(text.splitlines())
+    calls, parents = oracle.from_callbacks(trace.paired_callbacks(events))
+    found = [v for v in oracle.judge(calls, parents) if v.rule == "order"]
+    assert "1:0:0:0 (sd)" in [v.device for v in found] and len(found) >= 4
+    stuck = hang.where(text)
+    assert stuck["order"] == ("parent target1:0:0 (scsi)'s suspend started while this suspend was running "
+                              "(this one never returned); the PM core waits for the children to return first")
+    assert "out of order: parent target1:0:0" in hang.reason("suspend", stuck, "guest not asleep")
+
+
 @pytest.mark.parametrize("phase,device,rule", [("dpm_suspend_late", "pmtest_full.3", "level"),
                                                ("dpm_resume_early", "pmtest_compat.5", "mirror")])
 def test_trace_missing_level_is_flagged(phase, device, rule):

@@ -161,6 +161,7 @@
         : 'a device callback never returned';
     if (s.function) text += ', stuck in ' + s.function + (s.probe && s.driver ? ' [' + s.driver + ']' : '') +
       (s.blocked_task ? ' (' + s.blocked_task + ')' : '');
+    if (s.order) text += '; out of order: ' + s.order;
     var item = el('li', 'fail', text + ' (from ' + (s.source || 'the hang dump') + ') ');
     data.rows.forEach(function (row, index) {
       if (row.name !== s.device) return;

@@ -9,7 +9,9 @@ through a small state machine (levels up on the suspend side, mirrored back
 down on the resume side, ->complete iff ->prepare succeeded), the drivers we
 know are checked for the callback the rules say they get (fallbacks, legacy
 messages), and parents and children are checked for their order in every
-phase.  The first violation names the rule, the device and the calls around
+phase: the order of their starts, and, with the trace's times, that the one
+the core waits for had returned when the other started (async suspend makes
+the starts alone look right when a parent did not wait).  The first violation names the rule, the device and the calls around
 it.
 """
 
@@ -367,6 +369,27 @@ class _Transition:
                     self.flag("order", call, f"{call.callback} ran {'before' if call.index < other.index else 'after'} "
                               f"parent {parent}'s {other.callback}; children run {order} "
                               f"their parents in this phase")
+                else:
+                    self._overlap(call, parent, other, parent_first)
+
+    def _overlap(self, call, parent, other, parent_first):
+        """Started in the right order but without waiting: the PM core starts
+        a device's callback only once the one it waits for (the parent's in
+        resume phases, every child's in suspend phases: dpm_wait, async or
+        not) has returned. Needs the trace's times."""
+        first, then = (other, call) if parent_first else (call, other)
+        if first.start is None or then.start is None or (first.end is not None and first.end <= then.start):
+            return
+        running = "never returned" if first.end is None else \
+            f"returned {(first.end - then.start) * 1e3:.3f} ms after"
+        if parent_first:
+            said = f"{call.callback} started while parent {parent}'s {other.callback} was running (the parent " \
+                   f"{running})"
+        else:
+            said = f"parent {parent}'s {other.callback} started while this {call.callback} was running (this one " \
+                   f"{running})"
+        self.flag("order", call, f"{said}; the PM core waits for the {'parent' if parent_first else 'children'} "
+                  "to return first")
 
 
 def judge(calls, parents=None):
