@@ -178,6 +178,21 @@ class Callback:
         return None if self.end_ts is None else round((self.end_ts - self.ts) * 1e6, 1)
 
 
+def _named_phase(info, verb, marked):
+    """The DPM phase a callback ran in: the markers' (`marked`), unless the
+    callback's own words name another ("noirq bus" in dpm_complete). On an
+    SMP guest an async callback of another CPU can sort past its phase's end
+    marker (the local trace clock is per CPU, and clamped to a tick under
+    TCG); on one CPU the two always agree. Outside every phase stays None."""
+    first = info.split()[0] if info.split() else ""
+    down = verb in DOWN_VERBS
+    if marked is None or first in ("", "preparing", "completing"):
+        return marked  # ->prepare/->complete: dpm_prepare also completes a retried ->prepare
+    named = {"noirq": "dpm_suspend_noirq" if down else "dpm_resume_noirq", "late": "dpm_suspend_late",
+             "early": "dpm_resume_early"}.get(first, "dpm_suspend" if down else "dpm_resume")
+    return named
+
+
 def paired_callbacks(events):
     """Every device callback of the trace in the order they started, each
     start paired with its end. An end names the device and its driver
@@ -196,7 +211,7 @@ def paired_callbacks(events):
             if not match:
                 continue
             call = Callback(event.ts, match["driver"], match["device"], match["parent"], match["info"],
-                            match["verb"], phase, cpu=event.cpu)
+                            match["verb"], _named_phase(match["info"], match["verb"], phase), cpu=event.cpu)
             found.append(call)
             open_calls.setdefault((call.driver.strip(), call.name), []).append(call)
         elif event.name == "device_pm_callback_end":

@@ -41,6 +41,19 @@ def _judge(name, text=None, vcpus=None):
                                   record["token"], record["guest_boot_id"], judge.Expected.of_record(record))
 
 
+def test_an_async_callback_sorted_past_its_phase_keeps_its_phase():
+    """smp2-mem-skew (q35-ovmf, 2 vCPUs, S3): CPU 0's ->resume of
+    0000:00:1f.0 carries the same clamped trace time as CPU 1's
+    dpm_complete begin marker and sorts after it; its own words ("bus
+    [resume]") keep it in dpm_resume, so the oracle sees no ->complete
+    without ->prepare (it failed the cycle before lab.trace._named_phase)."""
+    parsed = judge.parse_report(report("smp2-mem-skew"))
+    call = next(c for c in parsed.callbacks if c.name == "0000:00:1f.0" and c.label == "bus[resume]")
+    complete_begins = [ts for ts, action, _, begin in trace.markers(parsed.events) if action == "dpm_complete" and begin]
+    assert call.ts == complete_begins[-1] and call.phase == "dpm_resume"
+    assert _judge("smp2-mem-skew")["verdict"] == "pass"
+
+
 def test_the_recorded_cycles_ran_on_two_cpus():
     assert {record["vcpus"] for record in RECORDS.values()} == {2}
 

@@ -413,6 +413,7 @@ DIGESTS = {
     'report-smp2-disk.txt.gz': 'ef3c044165e294c417fb76044d8634419ac1427f5ef7640cf9f7a9728cf81df0',
     'report-smp2-freeze.txt.gz': 'a44596d91578261982f80133c5221c5480650ab98e5cd5553dadebb11ba394b7',
     'report-smp2-mem.txt.gz': '016d9b1012c5bf920d293c1d9e1e522b2b7e59c48623164692b0c3a7b048fdd6',
+    'report-smp2-mem-skew.txt.gz': '5439cdfdd28aabe01f0242b16ae155e5d4b1590d5943617b0f174babfcf0555a',
     'console-cycles.log.gz': '6a744be60673ca34d8c7b94da6787c0d528de9dce9ce3a0c1cb5362614032170',
     'console-hang.log.gz': 'fa16f9a7811f8b8196704de6db75fc74ba47db7ef99393f30c4c160d949064a7',
     'agent-stream.bin.gz': 'b985db0e5e04ea839a6b84f9d54a376e4968e17643f1ea3b3a96a6b98bc337f7',
