@@ -54,6 +54,27 @@ def test_an_async_callback_sorted_past_its_phase_keeps_its_phase():
     assert _judge("smp2-mem-skew")["verdict"] == "pass"
 
 
+CHILD_RESUME = ("kworker/u4:1-23      [001] .....    10.908768: device_pm_callback_start: pmtest_async "
+                "pmtest_async.14, parent: pmtest_async.6, noirq driver [resume]")
+
+
+def test_a_child_and_its_parent_stamped_alike_on_two_cpus_are_in_no_order():
+    """smp2-mem-tie (q35-ovmf, 2 vCPUs, S3): pmtest_async.14's ->resume_noirq
+    (CPU 1) and its parent pmtest_async.6's (CPU 0) carry one clamped trace
+    time, 10.908768, and the child's page sorts first: no order violation
+    (the oracle failed the cycle on it before judge._same_time_two_cpus)."""
+    assert CHILD_RESUME in report("smp2-mem-tie")
+    assert _judge("smp2-mem-tie")["verdict"] == "pass"
+
+
+def test_a_child_resumed_before_its_parent_at_an_earlier_time_still_fails():
+    text = report("smp2-mem-tie").replace(CHILD_RESUME, CHILD_RESUME.replace("10.908768", "10.908700"))
+    result = _judge("smp2-mem-tie", text)
+    assert (result["verdict"], result["phase"]) == ("fail", "ordering")
+    assert result["reason"].startswith("order: pmtest_async.14 (pmtest_async): resume_noirq ran before parent "
+                                       "pmtest_async.6 (pmtest_async)'s resume_noirq")
+
+
 def test_the_recorded_cycles_ran_on_two_cpus():
     assert {record["vcpus"] for record in RECORDS.values()} == {2}
 
@@ -188,3 +209,5 @@ def test_the_guest_enables_every_trace_event_the_host_reads():
     enabled = set(loop.replace("\\\n", " ").split())
     assert {"power/suspend_resume", "power/device_pm_callback_start", "power/device_pm_callback_end",
             "cpuhp/cpuhp_exit"} <= enabled
+    # one clock for every CPU, so that two CPUs' events sort as they happened
+    assert "echo global >$tracing/trace_clock" in init

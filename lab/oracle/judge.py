@@ -362,11 +362,19 @@ class _Transition:
                     continue
                 parent = candidates[0]
                 other = first[parent]
-                if (other.index < call.index) != parent_first:
+                if (other.index < call.index) != parent_first and not _same_time_two_cpus(call, other):
                     order = "before" if parent_first else "after"
                     self.flag("order", call, f"{call.callback} ran {'before' if call.index < other.index else 'after'} "
                               f"parent {parent}'s {other.callback}; children run {order} "
                               f"their parents in this phase")
+
+
+def _same_time_two_cpus(call, other):
+    """Two trace calls of two CPUs stamped with the same time: an SMP
+    guest's trace clock, clamped to a tick under TCG, gives async callbacks
+    of both CPUs one time, and their order in the merged trace is then the
+    order of the CPUs' pages, not the order they ran in."""
+    return call.ts is not None and call.ts == other.ts and call.cpu != other.cpu
 
 
 def judge(calls, parents=None):

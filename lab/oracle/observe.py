@@ -59,6 +59,10 @@ class Call:
     driver: Optional[str] = None   # a key of rules.DRIVERS when known
     text: str = ""
     tags: set = field(default_factory=set)
+    # a trace call's start time and CPU: two CPUs' calls stamped with the
+    # same time are in no order the trace can tell (judge._order)
+    ts: Optional[float] = None
+    cpu: Optional[int] = None
 
     def __str__(self):
         return self.text or (f"{self.device} {self.callback} event={self.event} ret={self.ret}")
@@ -178,7 +182,8 @@ def from_callbacks(paired):
         driver = traced.driver.strip()
         call = Call(len(calls), device, callback, verb, 0, "trace",
                     driver if driver in rules.EVERY_LEVEL_IN_TRACE else None,
-                    f"{traced.ts:.6f} {traced.driver} {traced.name} {callback} [{verb}]")
+                    f"{traced.ts:.6f} {traced.driver} {traced.name} {callback} [{verb}]",
+                    ts=traced.ts, cpu=traced.cpu)
         if side == "prepare" and callback == "complete":
             call.tags.add("retry")
         if traced.err is not None:
