@@ -1,7 +1,7 @@
 """Benchmark: the harness's S3 cycle against the floor, in one invocation.
 
   ./pmlab bench [--mode mem*20] [--profile q35-ovmf|pc-seabios]
-                [--baseline | --artifacts DIR] [--stock-floor | --no-stock-floor]
+                [--baseline | --artifacts DIR] [--stock-floor | --no-stock-floor] [--vcpus N]
   (--cycles 20 is the older --mode mem*20)
 
 The floor: plain qemu-system-x86_64 (no libvirt) with the same machine,
@@ -69,11 +69,12 @@ S3_GLOBALS = {"q35": ["-global", "ICH9-LPC.disable_s3=0", "-global", "ICH9-LPC.d
 
 
 def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf", kernel=None, pmtest_tree=None,
-                device_set="lean"):
+                device_set="lean", vcpus=1):
     """QEMU arguments matching the domain lab.virt.domain_xml() gives libvirt
     for `profile_name` (q35 + OVMF pflash or pc + SeaBIOS, TCG, the same
     devices at the same PCI slots; a device guest's too, lab.devices).
-    `kernel`: another bzImage (the stock floor) with the same initramfs."""
+    `kernel`: another bzImage (the stock floor) with the same initramfs;
+    `vcpus`: the guest's CPUs (lab.request.check_vcpus)."""
     profile = virt.PROFILES[profile_name]
     firmware = []
     if profile["loader"]:
@@ -99,7 +100,7 @@ def raw_command(found, workdir, cycles, memory_mib=512, profile_name="q35-ovmf",
     return [
         "qemu-system-x86_64", "-name", "pmlab-bench-raw",
         "-machine", f"{profile['machine']},usb=off", "-accel", "tcg", "-cpu", "qemu64",
-        "-m", str(memory_mib), "-smp", "1", *firmware,
+        "-m", str(memory_mib), "-smp", str(request.check_vcpus(vcpus)), *firmware,
         "-display", "none", "-no-user-config", "-nodefaults", "-rtc", "base=utc", "-no-shutdown",
         *S3_GLOBALS[profile["machine"]],
         "-kernel", kernel or found.kernel, "-initrd", found.initrd_for(device_set), "-append", cmdline,
@@ -149,11 +150,11 @@ def stock_kernel(cache=STOCK_CACHE):
 class RawGuest:
     """Plain QEMU running the raw S3 loop, driven over QMP."""
 
-    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None, pmtest_tree=None, device_set="lean"):
+    def __init__(self, found, cycles, profile="q35-ovmf", kernel=None, pmtest_tree=None, device_set="lean", vcpus=1):
         self.workdir = tempfile.mkdtemp(prefix="pmlab-bench-")
         self.process = subprocess.Popen(raw_command(found, self.workdir, cycles + 1,
                                                     profile_name=profile, kernel=kernel,
-                                                    pmtest_tree=pmtest_tree, device_set=device_set),
+                                                    pmtest_tree=pmtest_tree, device_set=device_set, vcpus=vcpus),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE)
         self.qmp = QMP(os.path.join(self.workdir, "qmp.sock"))
@@ -180,7 +181,7 @@ BLOCK = 5  # cycles per side before the next side runs
 
 
 def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None, keep="failures",
-                    pmtest_tree=None, block=BLOCK, device_set="lean"):
+                    pmtest_tree=None, block=BLOCK, device_set="lean", vcpus=1):
     """Alternate blocks of `block` cycles: raw, stock floor (when `stock`, a
     bzImage, is given), the harness judging each cycle before the next
     (Session.cycle, serial) and the harness judging it while the next one
@@ -192,9 +193,10 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
     pipelined block included, nothing to overlap it). Returns {"raw",
     "serial", "pipelined", "stock" (or None): seconds per cycle}, the
     harness's run directory. `keep`: the harness's evidence policy (--keep),
-    "failures" as in a soak."""
+    "failures" as in a soak. `vcpus`: every guest's CPUs (the stock floor's too)."""
     rundir = RunDir(results, "bench-" + new_run_id(), keep=keep)
-    session = Session(found, rundir, uri, profile, worker="bench", pmtest_tree=pmtest_tree, device_set=device_set)
+    session = Session(found, rundir, uri, profile, worker="bench", pmtest_tree=pmtest_tree, device_set=device_set,
+                      vcpus=vcpus)
     raws = []
     mem = modes.parse_mode("mem")
     times = {"raw": [], "stock": [] if stock else None, "serial": [], "pipelined": []}
@@ -214,9 +216,9 @@ def run_interleaved(found, cycles, uri, results, profile="q35-ovmf", stock=None,
         return [seconds] * count
 
     try:
-        raws.append(RawGuest(found, cycles, profile, pmtest_tree=pmtest_tree, device_set=device_set))
+        raws.append(RawGuest(found, cycles, profile, pmtest_tree=pmtest_tree, device_set=device_set, vcpus=vcpus))
         if stock:  # the stock kernel has no pmtest module: no tree to size
-            raws.append(RawGuest(found, cycles, profile, kernel=stock))
+            raws.append(RawGuest(found, cycles, profile, kernel=stock, vcpus=vcpus))
         verdicts.append(session.cycle(mem, 1)["verdict"])  # boots the harness guest; not timed
         done = 0
         while done < cycles:
@@ -302,12 +304,15 @@ def main(argv=None):
                         help="cycles each side runs before the next side (default %(default)s)")
     parser.add_argument("--pmtest-tree", metavar="DEPTHxFANOUT",
                         help="pmtest's tree size on both the raw and the harness guest (see lab.run)")
+    parser.add_argument("--vcpus", type=int, default=request.Guest.vcpus,
+                        help="CPUs of every guest, raw and harness (default %(default)s; see lab.run)")
     parser.add_argument("--devices", default="lean", choices=devices.SETS,
                         help="the device set of both the raw and the harness guest (lab/devices.py); zoo has "
                              "no stock floor (Debian's kernel lacks the lab kernel's driver modules)")
     args = parser.parse_args(argv)
     try:
         args.pmtest_tree = request.pmtest_tree(args.pmtest_tree)
+        request.check_vcpus(args.vcpus)
         cycles = bench_cycles(args.mode, args.cycles)
         if args.block < 1:
             raise virt.LabError(f"--block must be at least 1, not {args.block}")
@@ -322,11 +327,12 @@ def main(argv=None):
         return 2
     print(f"bench: {cycles} S3 cycles each side, {args.profile} under TCG, {found.directory}"
           + (f", devices {args.devices}" if args.devices != "lean" else "")
+          + (f", {args.vcpus} vCPUs" if args.vcpus != 1 else "")
           + (f"; stock floor {stock}" if stock else ""), flush=True)
     started = time.time()
     try:
         times, rundir = run_interleaved(found, cycles, args.uri, args.results, args.profile, stock, args.keep,
-                                        args.pmtest_tree, args.block, args.devices)
+                                        args.pmtest_tree, args.block, args.devices, args.vcpus)
     except RuntimeError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 2
@@ -334,6 +340,7 @@ def main(argv=None):
     if args.pmtest_tree:
         result["pmtest_tree"] = list(args.pmtest_tree)
     result["devices"] = args.devices
+    result["vcpus"] = args.vcpus
     write_result(args.results, result)
     raw, harness, serial = result["raw"], result["harness"], result["serial"]
     if stock:

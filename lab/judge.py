@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from lab import calls, console, devices, guest_report, latency, pmtest_log, records, s2idle, trace
+from lab.oracle import cpu_hotplug
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
 from lab.records import ERROR, FAIL, PASS, report_path
@@ -83,11 +84,13 @@ class Expected:
     the absolute limits {"suspend": s, "resume": s} (lab.request.Limits),
     and what the host knew of the guest's devices before the cycle
     (lab.cycle.note_probes' probe history), for the words on a device
-    broken before it."""
+    broken before it; the guest's CPUs (lab.oracle.cpu_hotplug: which must
+    go offline and come back)."""
     device_set: str = devices.DEFAULT
     pmtest_tree: tuple = None
     limits: dict = None
     probe_history: dict = None
+    vcpus: int = 1
 
     @classmethod
     def of_record(cls, record):
@@ -96,7 +99,7 @@ class Expected:
         and `./pmlab judge` read the same fields."""
         tree = record.get("pmtest_tree")
         return cls(record.get("devices") or devices.DEFAULT, tuple(tree) if tree else None,
-                   record.get("limits"), record.get("probe_history"))
+                   record.get("limits"), record.get("probe_history"), record.get("vcpus") or 1)
 
 
 def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None, expected=Expected()):
@@ -306,9 +309,24 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     result.update(ordering_record(violations, checked))
     if violations and result["verdict"] == PASS:
         result.update(verdict=FAIL, phase="ordering", reason=str(violations[0]))
+    _check_cpus(result, mode, parsed, expected.vcpus)
     if result["verdict"] == PASS:
         result.update(latency.over_limit(result, expected.limits))
     return result
+
+
+def _check_cpus(result, mode, parsed, vcpus):
+    """An SMP guest's cycle: its non-boot CPUs offline and back around the
+    noirq phases (lab.oracle.cpu_hotplug; a passing cycle that broke it
+    fails, phase cpu-hotplug, naming the CPU), and how far device callbacks
+    ran at once (callback_overlap: an observation, never a verdict)."""
+    violations, observed = cpu_hotplug.check(mode, parsed.events, parsed.callbacks, vcpus)
+    if vcpus >= 2 or observed["offline"]:
+        result["cpu_hotplug"] = observed
+    if vcpus >= 2:
+        result["callback_overlap"] = trace.overlapping_callbacks(parsed.callbacks)
+    if violations and result["verdict"] == PASS:
+        result.update(verdict=FAIL, phase=cpu_hotplug.RULE, reason="; ".join(v.message for v in violations))
 
 
 def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, expected=Expected()):

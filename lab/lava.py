@@ -41,7 +41,7 @@ next boot action relaunches QEMU on the same swap disk and the image is
 resumed) and pm_test-*. Refused: freeze (no power button), mem/pmwakeup (no
 QMP), disk/reboot, "boot" knobs (the kernel command line of a LAVA job is
 the same for every boot), and guest settings the device's dictionary fixes
-(memory, CPUs, device set, libvirt URI, watchdogs: LAVA's job timeouts).
+(memory, device set, libvirt URI, watchdogs: LAVA's job timeouts); --vcpus is the job's -smp.
 
 A job runs on one machine profile, named by its device tags (each device of
 lab-up's is tagged with its profile: q35-ovmf, pc-seabios): its kernel
@@ -82,7 +82,7 @@ from lab.errors import LabError
 from lab.guest import BASE_CMDLINE
 from lab.profiles import PROFILES, errata_cmdline, ramguard_cmdline
 from lab.records import DONE, ERROR, EVENTS_FIELD, new_record
-from lab.request import Guest, Lava, pmtest_tree_cmdline
+from lab.request import Guest, Lava, check_vcpus, pmtest_tree_cmdline
 
 SWAP_BYTES = 256 << 20  # S3 needs none; hibernation of a 512 MiB guest fits
 ARTIFACTS = ("bzImage", "initramfs.cpio.gz", "pmtest-ssdt.aml")  # what a job deploys, with swap.img
@@ -104,8 +104,8 @@ FINISHED = ("Finished", "Canceled")
 # down) before it gives up: the jobs run on the workers meanwhile.
 SERVER_PATIENCE = 600
 # What the devices of pipelines/lava/lab-up give a guest (their dictionaries
-# set QEMU's -m and no -smp): a request asking for another size is refused,
-# not silently run on this one.
+# set QEMU's -m): a request asking for another size is refused, not silently
+# run on this one. The CPUs are the job's own (-smp, render_job).
 DEVICE_GUEST = Guest()
 
 
@@ -131,11 +131,10 @@ def check_knobs(number, knobs):
 
 def check_guest(guest):
     """LabError for a guest setting a LAVA job cannot honour: the device's
-    dictionary fixes the machine (memory, CPUs, devices), LAVA's job
+    dictionary fixes the machine (memory, devices), LAVA's job
     timeouts stand in for the watchdogs, and there is no libvirt."""
     fixed = {"uri": "--uri (there is no libvirt: the LAVA server runs the guest)",
              "memory": "--memory (the LAVA device's dictionary sets QEMU's memory: 512 MiB on lab-up's)",
-             "vcpus": "--vcpus (the LAVA device's dictionary sets the CPUs: 1 on lab-up's)",
              "devices": "--devices (a LAVA device has only the lab's own plumbing, the lean set)",
              "watchdogs": "--watchdog (LAVA's job and action timeouts end a hung job)"}
     for name, what in fixed.items():
@@ -220,7 +219,7 @@ actions:
     to: tmpfs
     images:
       kernel:
-        image_arg: -kernel {kernel} -append "{{ kernel_args }}"
+        image_arg: -kernel {kernel} -append "{{ kernel_args }}" -smp {{ vcpus }}
         url: "{{ artifacts_url }}/bzImage"
       ramdisk:
         image_arg: -initrd {ramdisk}
@@ -286,7 +285,10 @@ def device_type(tags):
     return ISOLATED_TYPE if ISOLATED_TAG in tags else "qemu"
 
 
-def render_job(plan, artifacts_url, job_name, tags=("q35-ovmf",), firmware_errata=True, pmtest_tree=None):
+def render_job(plan, artifacts_url, job_name, tags=("q35-ovmf",), firmware_errata=True, pmtest_tree=None, vcpus=1):
+    """The job's YAML for `plan` on a device of `tags`. `vcpus` goes on the
+    kernel's image_arg as -smp: the device dictionaries fix extra_options,
+    and every boot of the job (an S4 relaunch too) uses the deploy's args."""
     import jinja2
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True)
@@ -301,7 +303,8 @@ def render_job(plan, artifacts_url, job_name, tags=("q35-ovmf",), firmware_errat
     text = env.from_string(JOB_TEMPLATE).render(
         job_name=job_name, tags=list(tags), device_type=device_type(tags), artifacts_url=check_url(artifacts_url),
         kernel_args=kernel_args(plan, job_profile(tags), firmware_errata, pmtest_tree), boot_minutes=boot_minutes,
-        test_minutes=test_minutes, segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10)
+        test_minutes=test_minutes, segments=segments, job_minutes=test_minutes + segments * boot_minutes + 10,
+        vcpus=check_vcpus(vcpus))
     yaml.safe_load(text)
     return text
 
@@ -636,7 +639,8 @@ def console_events(mode, evidence, stamp, relaunches=0, report=None):
     return events
 
 
-def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firmware_errata=True, limits=None):
+def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firmware_errata=True, limits=None,
+                  vcpus=1):
     """Final records of `plan`'s cycles from one job's log. Returns
     (records, lost): lost are the plan entries the job never started (no
     kernel begin marker on the console); they get no record here. A cycle
@@ -655,6 +659,7 @@ def cycle_records(plan, entries, run_id, job_id, job, rundir, profile=None, firm
                           firmware_errata=errata_cmdline(profile) if firmware_errata else "")
         if limits:  # as lab.session's records: the judge reads them
             record["limits"] = limits
+        record["vcpus"] = vcpus
         frame = found.get(number)
         marker = console.BEGIN.format(cycle=number)
         begin_index = next((index for index, text in enumerate(texts)
@@ -726,7 +731,7 @@ def split(plan, jobs):
 
 def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf",), retries=1,
              poll_seconds=5, on_submitted=None, log=print, run_id=None, firmware_errata=True,
-             pmtest_tree=None, on_finished=None, limits=None):
+             pmtest_tree=None, on_finished=None, limits=None, vcpus=1):
     """Run `plan` [(number, mode, knobs)] as LAVA jobs in parallel, record
     every cycle into `rundir` (lab.records.RunDir). `artifacts`: the http(s)
     URL the jobs download from, or a directory (prepare_artifacts') served
@@ -735,8 +740,8 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
     machine profile (job_profile); firmware_errata=False leaves its errata
     off the kernel command line. on_submitted(job_id, part) and
     on_finished(job_id) follow the jobs; limits: the run's suspend/resume
-    limits ({"suspend": s, "resume": s}), recorded and judged as libvirt's.
-    Returns the final records, one per planned cycle, in plan order."""
+    limits ({"suspend": s, "resume": s}), recorded and judged as libvirt's;
+    vcpus: the guest's CPUs (-smp). Returns the final records, one per planned cycle, in plan order."""
     profile = job_profile(tags)
     for number, mode, knobs in plan:
         check_mode(mode)
@@ -750,20 +755,21 @@ def run_plan(plan, rundir, artifacts, identity="pmlab", jobs=2, tags=("q35-ovmf"
         log(f"lava: serving {server.directory} at {artifacts} (read-only; requests in lava/http.log)")
     try:
         return _run_jobs(plan, rundir, check_url(artifacts), identity, jobs, tags, retries, poll_seconds,
-                         on_submitted, on_finished, log, run_id, profile, firmware_errata, pmtest_tree, limits)
+                         on_submitted, on_finished, log, run_id, profile, firmware_errata, pmtest_tree, limits,
+                         vcpus)
     finally:
         if server is not None:
             server.stop()
 
 
 def _run_jobs(plan, rundir, artifacts_url, identity, jobs, tags, retries, poll_seconds, on_submitted, on_finished,
-              log, run_id, profile, firmware_errata, pmtest_tree, limits=None):
+              log, run_id, profile, firmware_errata, pmtest_tree, limits=None, vcpus=1):
     final, pending, attempt, lost_in = {}, list(plan), 0, {}
     while pending and attempt <= retries:
         running = {}
         for part in split(pending, jobs):
             name = f"pmlab {rundir.run_id} cycles {part[0][0]}-{part[-1][0]}" + (f" retry {attempt}" if attempt else "")
-            text = render_job(part, artifacts_url, name, tags, firmware_errata, pmtest_tree)
+            text = render_job(part, artifacts_url, name, tags, firmware_errata, pmtest_tree, vcpus)
             job_id = patiently(submit, identity, text, log=log)
             with open(rundir.file("lava", f"job-{job_id}.yaml"), "w") as out:
                 out.write(text)
@@ -787,7 +793,7 @@ def _run_jobs(plan, rundir, artifacts_url, identity, jobs, tags, retries, poll_s
                 with open(rundir.file("lava", f"job-{job_id}.log.yaml"), "w") as out:
                     yaml.safe_dump(entries, out, width=1 << 20)
                 records, lost = cycle_records(part, entries, run_id, job_id, job, rundir, profile,
-                                              firmware_errata, limits)
+                                              firmware_errata, limits, vcpus)
                 for record in records:
                     rundir.append(record)
                     final[record["cycle"]] = record
@@ -891,7 +897,7 @@ class LavaEngine:
                         on_submitted=submitted, on_finished=self.unfinished.discard,
                         log=lambda text: print(text, flush=True), run_id=request.run_id,
                         firmware_errata=request.guest.firmware_errata, pmtest_tree=request.guest.pmtest_tree,
-                        limits=dataclasses.asdict(request.guest.limits))
+                        limits=dataclasses.asdict(request.guest.limits), vcpus=request.guest.vcpus)
 
     def close(self):
         """Cancel the jobs still running (an interrupted run), stop the artifact server."""

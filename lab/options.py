@@ -99,7 +99,7 @@ def add_guest(parser, defaults=None):
     parser.add_argument("--profile", default=defaults.get("profile"), choices=sorted(PROFILES),
                         help="machine: q35-ovmf (default) or the faster pc-seabios")
     parser.add_argument("--memory", type=int, default=defaults.get("memory"), help="guest MiB (default 512)")
-    parser.add_argument("--vcpus", type=int, default=defaults.get("vcpus"), help="guest CPUs (default 1)")
+    parser.add_argument("--vcpus", type=int, default=defaults.get("vcpus"), help="guest CPUs, 1 to 4 (default 1)")
     parser.add_argument("--watchdog", action="append", metavar="PHASE=SECONDS",
                         help="boot, suspend, resume, hibernate or restore watchdog")
     parser.add_argument("--limit", action="append", metavar="NAME=SECONDS[,...]",

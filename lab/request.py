@@ -30,6 +30,8 @@ DEFAULT_URI = "qemu:///system"
 # callback (pmtest_kfault.ko), boot words for a hibernation restore's kernel,
 # calls functions to probe (lab/calls.py).
 KNOBS = ("fault", "delay", "child", "panic", "kfault", "boot", "print_times", "calls")
+# Guest CPUs a run may ask for: the lab kernel's NR_CPUS (kernel/config/pmlab.config).
+VCPUS = range(1, 5)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,16 @@ def parse_injections(items):
                 raise LabError(f"bad --inject '{item}': {error}") from None
         out[int(number)] = out.get(int(number), ()) + ((name, value),)
     return out
+
+
+def check_vcpus(vcpus):
+    """`vcpus` if the lab kernel can run that many CPUs (VCPUS), else a
+    LabError naming the value: every rendering of the machine (domain XML,
+    the benchmark's QEMU line, a LAVA job) takes it from here."""
+    if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus not in VCPUS:
+        raise LabError(f"bad --vcpus {vcpus!r}: give {VCPUS.start} to {VCPUS.stop - 1} "
+                       f"(the lab kernel's NR_CPUS is {VCPUS.stop - 1})")
+    return vcpus
 
 
 def pmtest_tree(text):
@@ -192,8 +204,9 @@ class RunRequest:
             raise LabError(f"keep must be one of {', '.join(KEEP)}, not {self.keep!r}")
         if self.lab_reruns < 0:
             raise LabError("--lab-reruns must be 0 or more")
-        if self.guest.memory < 128 or self.guest.vcpus < 1:
-            raise LabError("--memory must be at least 128 MiB and --vcpus at least 1")
+        if self.guest.memory < 128:
+            raise LabError("--memory must be at least 128 MiB")
+        check_vcpus(self.guest.vcpus)
         if self.engine not in ENGINES:
             raise LabError(f"unknown engine '{self.engine}' (engines: {', '.join(ENGINES)})")
         self._check_kfaults()

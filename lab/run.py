@@ -47,7 +47,7 @@ def add_options(parser):
     options.add_modes(parser, "mem*10, freeze*5, disk*3")
     options.add_kernel(parser)
     options.add_guest(parser, {"uri": request_mod.DEFAULT_URI, "profile": "q35-ovmf",
-                               "memory": 512, "vcpus": 1, "devices": "lean"})
+                               "memory": 512, "vcpus": request_mod.Guest.vcpus, "devices": "lean"})
     options.add_inject(parser)
     options.add_results(parser)
     options.add_keep(parser, "full")

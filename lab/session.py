@@ -98,7 +98,7 @@ class Session:
                            "modules": self.artifacts.modules},
                 "profile": self.profile, "worker": self.worker,
                 "firmware_errata": virt.errata_cmdline(self.profile) if self.firmware_errata else "",
-                "devices": self.device_set, "limits": self.limits,
+                "devices": self.device_set, "limits": self.limits, "vcpus": self.vcpus,
                 **({"pmtest_tree": list(self.pmtest_tree)} if self.pmtest_tree else {})}
 
     def cycle(self, mode, number, knobs=(), expect=PASS, press=None, while_asleep=None):

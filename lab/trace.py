@@ -4,13 +4,16 @@ Events used (include/trace/events/power.h):
   suspend_resume: <action>[<val>] begin|end           phase markers
   device_pm_callback_start: <driver> <device>, parent: <parent>, <info>[<verb>]
   device_pm_callback_end: <driver> <device>, err=<n>
+  suspend_resume: CPU_OFF[<cpu>] / CPU_ON[<cpu>] begin|end  a non-boot CPU's way
+                                      down and up (kernel/cpu.c)
+  cpuhp_exit: cpu: <cpu> state: <s> step: <n> ret: <r>  each hotplug step inside
 Timing comes from here, not from console text: trace timestamps are taken
 where the kernel does the work.
 """
 
 import errno
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 # "  sh-123     [000] d..1.   123.456789: suspend_resume: suspend_enter[3] begin"
@@ -26,6 +29,8 @@ SUSPEND_RESUME = re.compile(r"^(?P<action>\w+)\[(?P<val>\d{1,20})\] (?P<edge>beg
 CALLBACK_START = re.compile(
     r"^(?P<driver>.*?) (?P<device>\S+), parent: (?P<parent>\S+), (?P<info>.*?)\[(?P<verb>[^\]]+)\]$")
 CALLBACK_END = re.compile(r"^(?P<driver>.*?) (?P<device>\S+), err=(?P<err>-?\d{1,20})$")
+CPUHP_EXIT = re.compile(r"^\s*cpu: (?P<cpu>\d{1,20})\s+state:\s*(?P<state>-?\d{1,20})\s+step:\s*(?P<step>-?\d{1,20})"
+                        r"\s+ret: (?P<ret>-?\d{1,20})$")
 
 
 @dataclass
@@ -157,6 +162,7 @@ class Callback:
     phase: Optional[str]  # the DPM_PHASES action it ran in (None: outside every one)
     end_ts: Optional[float] = None
     err: Optional[int] = None
+    cpu: int = 0        # the CPU it started on
 
     @property
     def device(self):
@@ -170,6 +176,21 @@ class Callback:
     @property
     def us(self):
         return None if self.end_ts is None else round((self.end_ts - self.ts) * 1e6, 1)
+
+
+def _named_phase(info, verb, marked):
+    """The DPM phase a callback ran in: the markers' (`marked`), unless the
+    callback's own words name another ("noirq bus" in dpm_complete). On an
+    SMP guest an async callback of another CPU can sort past its phase's end
+    marker (the local trace clock is per CPU, and clamped to a tick under
+    TCG); on one CPU the two always agree. Outside every phase stays None."""
+    first = info.split()[0] if info.split() else ""
+    down = verb in DOWN_VERBS
+    if marked is None or first in ("", "preparing", "completing"):
+        return marked  # ->prepare/->complete: dpm_prepare also completes a retried ->prepare
+    named = {"noirq": "dpm_suspend_noirq" if down else "dpm_resume_noirq", "late": "dpm_suspend_late",
+             "early": "dpm_resume_early"}.get(first, "dpm_suspend" if down else "dpm_resume")
+    return named
 
 
 def paired_callbacks(events):
@@ -190,7 +211,7 @@ def paired_callbacks(events):
             if not match:
                 continue
             call = Callback(event.ts, match["driver"], match["device"], match["parent"], match["info"],
-                            match["verb"], phase)
+                            match["verb"], _named_phase(match["info"], match["verb"], phase), cpu=event.cpu)
             found.append(call)
             open_calls.setdefault((call.driver.strip(), call.name), []).append(call)
         elif event.name == "device_pm_callback_end":
@@ -201,6 +222,68 @@ def paired_callbacks(events):
             call = stack.pop()
             call.end_ts, call.err = event.ts, int(match["err"])
     return found
+
+
+def overlapping_callbacks(paired):
+    """How far device callbacks ran at once (async suspend and resume):
+    {"overlapping": callbacks that started while another device's was still
+    running, "on_two_cpus": those of them started on another CPU than that
+    one, "example": the first such pair (on two CPUs if any) in words}. A
+    callback that never returned overlaps nothing here."""
+    active, overlapping, two_cpus, example, example_cpus = [], 0, 0, None, False
+    for call in paired:
+        active = [other for other in active if other.end_ts > call.ts]
+        others = [other for other in active if other.device != call.device]
+        if others:
+            overlapping += 1
+            elsewhere = [other for other in others if other.cpu != call.cpu]
+            two_cpus += bool(elsewhere)
+            if example is None or (elsewhere and not example_cpus):
+                other = (elsewhere or others)[0]
+                example, example_cpus = (f"{other.device} {other.label} on CPU {other.cpu} and {call.device} "
+                                         f"{call.label} on CPU {call.cpu} at {call.ts:.6f}"), bool(elsewhere)
+        if call.end_ts is not None:
+            active.append(call)
+    return {"overlapping": overlapping, "on_two_cpus": two_cpus, "example": example}
+
+
+@dataclass
+class HotplugSpan:
+    """One non-boot CPU going offline (CPU_OFF, freeze_secondary_cpus) or
+    online (CPU_ON, thaw_secondary_cpus) in the trace: begin and end (None:
+    never ended) and the cpuhp_exit steps inside, (state, step, ret)."""
+    cpu: int
+    action: str
+    begin: float
+    end: Optional[float] = None
+    steps: list = field(default_factory=list)
+
+    @property
+    def failed_step(self):
+        """(state, step, ret) of the first hotplug step that returned an error, or None."""
+        return next((step for step in self.steps if step[2] != 0), None)
+
+
+def hotplug_spans(events):
+    """Every CPU_OFF[n] / CPU_ON[n] span of the trace, in order."""
+    spans, open_spans = [], {}
+    for event in events:
+        if event.name == "suspend_resume":
+            match = SUSPEND_RESUME.match(event.body)
+            if not match or match["action"] not in ("CPU_OFF", "CPU_ON"):
+                continue
+            cpu = int(match["val"])
+            if match["edge"] == "begin":
+                open_spans[cpu] = HotplugSpan(cpu, match["action"], event.ts)
+                spans.append(open_spans[cpu])
+            elif cpu in open_spans and open_spans[cpu].action == match["action"]:
+                open_spans.pop(cpu).end = event.ts
+        elif event.name == "cpuhp_exit":
+            match = CPUHP_EXIT.match(event.body)
+            if match and int(match["cpu"]) in open_spans:
+                open_spans[int(match["cpu"])].steps.append((int(match["state"]), int(match["step"]),
+                                                            int(match["ret"])))
+    return spans
 
 
 def per_device(paired):

@@ -97,7 +97,7 @@ def test_boot_knobs_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["--memory", "1024"], "--memory"), (["--vcpus", "2"], "--vcpus"), (["--devices", "zoo"], "--devices"),
+    (["--memory", "1024"], "--memory"), (["--vcpus", "5"], "bad --vcpus 5"), (["--devices", "zoo"], "--devices"),
     (["--uri", "qemu+ssh://elsewhere/system"], "--uri"), (["--watchdog", "suspend=5"], "--watchdog"),
     (["--sleepgraph"], "--sleepgraph"), (["--lava-jobs", "0"], "--lava-jobs must be at least 1"),
     (["--lava-tags", "pc-seabios"], "profile is q35-ovmf"), (["--lava-tags", "x"], None),

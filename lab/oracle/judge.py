@@ -364,7 +364,7 @@ class _Transition:
                     continue
                 parent = candidates[0]
                 other = first[parent]
-                if (other.index < call.index) != parent_first:
+                if (other.index < call.index) != parent_first and not _same_time_two_cpus(call, other):
                     order = "before" if parent_first else "after"
                     self.flag("order", call, f"{call.callback} ran {'before' if call.index < other.index else 'after'} "
                               f"parent {parent}'s {other.callback}; children run {order} "
@@ -378,10 +378,10 @@ class _Transition:
         resume phases, every child's in suspend phases: dpm_wait, async or
         not) has returned. Needs the trace's times."""
         first, then = (other, call) if parent_first else (call, other)
-        if first.start is None or then.start is None or (first.end is not None and first.end <= then.start):
+        if first.ts is None or then.ts is None or (first.end is not None and first.end <= then.ts):
             return
         running = "never returned" if first.end is None else \
-            f"returned {(first.end - then.start) * 1e3:.3f} ms after"
+            f"returned {(first.end - then.ts) * 1e3:.3f} ms after"
         if parent_first:
             said = f"{call.callback} started while parent {parent}'s {other.callback} was running (the parent " \
                    f"{running})"
@@ -390,6 +390,14 @@ class _Transition:
                    f"{running})"
         self.flag("order", call, f"{said}; the PM core waits for the {'parent' if parent_first else 'children'} "
                   "to return first")
+
+
+def _same_time_two_cpus(call, other):
+    """Two trace calls of two CPUs stamped with the same time: an SMP
+    guest's trace clock, clamped to a tick under TCG, gives async callbacks
+    of both CPUs one time, and their order in the merged trace is then the
+    order of the CPUs' pages, not the order they ran in."""
+    return call.ts is not None and call.ts == other.ts and call.cpu != other.cpu
 
 
 def judge(calls, parents=None):

@@ -59,9 +59,11 @@ class Call:
     driver: Optional[str] = None   # a key of rules.DRIVERS when known
     text: str = ""
     tags: set = field(default_factory=set)
-    # trace clock of the start and the end (trace source only: start None
-    # when the source has no times; end None with a start: never returned)
-    start: Optional[float] = None
+    # a trace call's start time and CPU: two CPUs' calls stamped with the
+    # same time are in no order the trace can tell (judge._order)
+    ts: Optional[float] = None
+    cpu: Optional[int] = None
+    # the trace's end time (None with a ts: never returned)
     end: Optional[float] = None
 
     def __str__(self):
@@ -183,7 +185,7 @@ def from_callbacks(paired):
         call = Call(len(calls), device, callback, verb, 0, "trace",
                     driver if driver in rules.EVERY_LEVEL_IN_TRACE else None,
                     f"{traced.ts:.6f} {traced.driver} {traced.name} {callback} [{verb}]",
-                    start=traced.ts, end=traced.end_ts)
+                    ts=traced.ts, cpu=traced.cpu, end=traced.end_ts)
         if side == "prepare" and callback == "complete":
             call.tags.add("retry")
         if traced.err is not None:
