@@ -543,7 +543,7 @@ class RunReader:
         return record.get("pmtest") or {}
 
 
-class RunRecord(dict):
+class RunRecord(dict[str, Any]):
     """A record of a run, as RunReader.read() and RunDir.append() return it:
     equal to its line's JSON object, and knowing the reader of its run, so
     that callbacks(record) and the like need no run in hand. A copy made
