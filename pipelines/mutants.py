@@ -122,8 +122,7 @@ def copy_tree(source: str, destination: str) -> None:
 
 def run_tests(tree: str, tests: Sequence[str]) -> int:
     """pytest's exit status for `tests` in `tree` (stops at the first failure)."""
-    command = [PYTHON, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
-               "--fuzz-share", "25", *tests]
+    command = [PYTHON, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", *tests]
     return subprocess.run(command, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1")).returncode
 
