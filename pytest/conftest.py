@@ -16,6 +16,8 @@ all workers append to the same results/<run-id>/cycles.jsonl and the
 controller writes summary.json at the end.
 """
 
+import dataclasses
+import json
 import os
 import sys
 
@@ -29,6 +31,7 @@ from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import virt  # noqa: E402
+from lab import request as request_mod  # noqa: E402
 from lab.request import watchdogs_from  # noqa: E402
 from lab.records import RunDir, new_run_id  # noqa: E402
 
@@ -128,6 +131,22 @@ def artifacts_dir(config):
     import argparse
     return options.artifacts_dir(argparse.Namespace(**{name: config.getoption("--" + name)
                                                        for name in ("artifacts", "baseline", "kernel", "series", "config")}))
+
+
+def guest_spec(config):
+    """The guest the guest tests boot (lab.request.Guest): --uri, --profile
+    and --watchdog over the request's defaults."""
+    return request_mod.Guest(uri=config.getoption("--uri"), profile=config.getoption("--profile"),
+                             watchdogs=watchdogs_from(config.getoption("--watchdog")))
+
+
+def pytest_report_header(config):
+    """The guest settings, in the header: what a run's guests were is then in its log."""
+    try:
+        spec = guest_spec(config)
+    except virt.LabError as error:
+        return f"pmlab guest: {error}"
+    return "pmlab guest: " + json.dumps(dataclasses.asdict(spec), sort_keys=True)
 
 
 @pytest.fixture(scope="session")
