@@ -268,14 +268,15 @@ def smoke_request_of(args, artifacts, run_id, smoke):
 
 def campaign_command(args, smoke_request, run_dir):
     """The fault campaign's pytest command (pytest/test_fault_campaign.py):
-    its records under the smoke's results root, its JUnit XML in the run
-    directory (campaign.xml)."""
-    argv = [PYTHON, "-m", "pytest", os.path.join(REPO, "pytest", "test_fault_campaign.py"),
+    its guests the smoke's, every setting (the smoke's request, written to
+    the run directory as campaign-request.json, read by pytest/conftest.py's
+    --request), its records under the smoke's results root, its JUnit XML in
+    the run directory (campaign.xml)."""
+    request_file = smoke_request.write(os.path.join(run_dir, "campaign-request.json"))
+    return [PYTHON, "-m", "pytest", os.path.join(REPO, "pytest", "test_fault_campaign.py"),
             "-p", "no:cacheprovider", "-q", "--lab-results", args.results,
-            "--junitxml", os.path.join(run_dir, "campaign.xml"), "--artifacts", smoke_request.artifacts]
-    if args.uri is not None:
-        argv += ["--uri", args.uri]
-    return argv
+            "--junitxml", os.path.join(run_dir, "campaign.xml"), "--artifacts", smoke_request.artifacts,
+            "--request", request_file]
 
 
 def smoke_as_modes(text):

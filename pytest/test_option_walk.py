@@ -54,3 +54,14 @@ def test_every_guest_option_of_commit_reaches_the_campaigns_guests(tmp_path):
     dropped = {name: (smoke_guest[name], campaign.get(name)) for name in smoke_guest
                if campaign.get(name) != smoke_guest[name]}
     assert not dropped, f"the campaign's guests lose the smoke's settings (smoke, campaign): {dropped}"
+
+
+def test_a_request_given_with_guest_options_is_refused(tmp_path):
+    """--request names the guest whole: a --profile beside it would be
+    dropped, so the guest tests refuse it, naming it."""
+    args = commit.parse_args(["--results", str(tmp_path / "results")])
+    request_file = commit.smoke_request_of(args, str(tmp_path), "walk", ["mem"]).write(str(tmp_path / "r.json"))
+    done = subprocess.run(["/usr/bin/python3", "-m", "pytest", "pytest/test_fault_campaign.py", "-p", "no:cacheprovider",
+                           "--collect-only", "--request", request_file, "--profile", "pc-seabios"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert f"pmlab guest: --request {request_file} names the guest: give no --profile with it" in done.stdout
