@@ -474,9 +474,15 @@ def latency_check(argv):
     return pipeline.main(argv)
 
 
+def mutants(argv):
+    """the mutation check: does a test fail for each planted bug in the judge, oracle, records, latency?"""
+    from pipelines import mutants as pipeline
+    return pipeline.main(argv)
+
+
 VERBS = {verb.__name__.replace("_", "-"): verb
          for verb in (run, test, judge, dashboard, timeline, devices, bench, commit, nightly, soak, bisect, corpus,
-                      merge, junit, baseline_compare, lava, sleepgraph, latency_check)}
+                      merge, junit, baseline_compare, lava, sleepgraph, latency_check, mutants)}
 # Verbs of the pmlab script itself (shell: the build before any Python runs).
 SHELL_VERBS = {"build": "install the Debian packages, build the kernel, pmtest and the guest image",
                "check-series": "the patch series: applies, checkpatch --strict, builds (kernel/check-series)"}

@@ -41,6 +41,7 @@ one verdict bucket plus flag buckets:
 
 import functools
 import re
+from typing import Any, Optional
 
 from lab.console import ORDERING
 from lab.records import ERROR, FAIL, HANG, INTERRUPTED, PASS, UNFINISHED
@@ -53,9 +54,10 @@ FLAG_KINDS = ("kernel-warning", "ordering-violation", "device-not-working")
 KERNEL_WARNING = re.compile(r"Kernel panic|BUG: |WARNING: |Oops|general protection fault|Call Trace:")
 ORDERING_LINE = ORDERING  # lab.console's: a passing cycle's record keeps such lines under --keep failures
 PHASE = re.compile(r"[A-Za-z0-9_.-]+")
+Cycle = dict[str, Any]  # the dashboard's cycle (dashboards/compute.py's, from a record)
 
 
-def phase_token(phase):
+def phase_token(phase: object) -> str:
     """A phase as one token: "thaw_processes[0] end" -> "thaw_processes"."""
     if not isinstance(phase, str):
         return "unknown"
@@ -64,7 +66,7 @@ def phase_token(phase):
 
 
 @functools.lru_cache(maxsize=4096)
-def callback_phase(label):
+def callback_phase(label: object) -> str:
     """The PM phase of a callback label as lab/trace.py writes it
     ("noirq bus[suspend]" -> "suspend_noirq"): the lab's own reading
     (lab.trace.phase_of), so the dashboard and the verdicts never disagree."""
@@ -73,7 +75,7 @@ def callback_phase(label):
     return phase_of(label) if isinstance(label, str) and label else "unknown"
 
 
-def failing_device(cycle):
+def failing_device(cycle: Cycle) -> Optional[tuple[str, int]]:
     """(device, errno int) of the callback that failed first, or None."""
     failed = [(call["t"] if call["t"] is not None else float("inf"), order, call["device"], call["err"])
               for order, call in enumerate(cycle["callback_errors"])]
@@ -90,7 +92,7 @@ def failing_device(cycle):
     return None
 
 
-def broken_device(cycle):
+def broken_device(cycle: Cycle) -> Optional[tuple[str, str]]:
     """(device, mode that broke it) of a device-check failure, or None: a
     device broken before the cycle (its before-probes) is charged to the
     cycle that broke it, when the record knows it, not to this cycle's mode."""
@@ -102,7 +104,7 @@ def broken_device(cycle):
     return (after[0], cycle["mode"]) if after else None
 
 
-def stuck_suffix(stuck):
+def stuck_suffix(stuck: Optional[dict[str, Any]]) -> str:
     """":<device>:<callback>" of a hang's callback that never returned
     (lab/hang.py), ":<function>" when only the stack named it, else ""."""
     if not stuck:
@@ -114,7 +116,7 @@ def stuck_suffix(stuck):
     return f":{stuck['function']}" if stuck.get("function") else ""
 
 
-def error_class(reason):
+def error_class(reason: Optional[str]) -> str:
     """Reason text -> a short stable class: the part before the first ": ",
     with numbers masked, at most 80 characters."""
     text = (reason or "unknown").split(": ", 1)[0].strip() or "unknown"
@@ -123,7 +125,7 @@ def error_class(reason):
     return text[:80]
 
 
-def verdict_bucket(cycle):
+def verdict_bucket(cycle: Cycle) -> Optional[str]:
     verdict = cycle["verdict"]
     if verdict in (PASS, INTERRUPTED):  # interrupted: the run stopped, no failure of anything
         return None
@@ -146,7 +148,7 @@ def verdict_bucket(cycle):
     return f"fail-in-{phase}"
 
 
-def flag_buckets(cycle):
+def flag_buckets(cycle: Cycle) -> set[str]:
     flags = set()
     if any(KERNEL_WARNING.search(line) for line in cycle["problems"]):
         flags.add("kernel-warning")
@@ -160,7 +162,7 @@ def flag_buckets(cycle):
     return flags
 
 
-def classify(cycle):
+def classify(cycle: Cycle) -> list[str]:
     found = flag_buckets(cycle)
     primary = verdict_bucket(cycle)
     if primary:
@@ -168,7 +170,7 @@ def classify(cycle):
     return sorted(found)
 
 
-def kind_of(bucket):
+def kind_of(bucket: str) -> str:
     """The family of a bucket name (for the page's colours and filters)."""
     for kind in ("fake-sleep", "unfinished", "kernel-warning", "ordering-violation", "device-not-working"):
         if bucket == kind or bucket.startswith(kind + ":"):
@@ -182,7 +184,7 @@ def kind_of(bucket):
     return "other"
 
 
-def example_line(cycle, bucket):
+def example_line(cycle: Cycle, bucket: str) -> Optional[str]:
     """Evidence for a bucket: the console/problem line or reason that shows it."""
     kind = kind_of(bucket)
     if kind == "kernel-warning":

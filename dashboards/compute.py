@@ -69,8 +69,10 @@ import os
 import re
 import statistics
 import sys
+from typing import Any, Iterable, Optional, Sequence
 
 from dashboards import buckets, inputs as inputs_module
+from dashboards.buckets import Cycle
 from lab import devices, files, latency as latency_gate, records
 from lab.kernels import DEFAULT_SPEC
 from lab.records import nearest_rank, wilson  # noqa: F401 (the dashboard's statistics are the lab's)
@@ -80,9 +82,12 @@ HISTOGRAM_EDGES_MS = [0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 400, 500, 750
 TOP_N = 25
 MAX_FAILURES = 500
 KERNEL_TOP_N = 10
+Section = dict[str, Any]  # a part of the dashboard's JSON
+Counts = dict[str, Any]   # latency_counts(): {"us", "errors", "drivers", "max_at"}
+Occurrence = dict[str, Any]
 
 
-def distribution(values):
+def distribution(values: Iterable[float]) -> Optional[dict[str, float]]:
     """n, min, mean, p50, p90, p95, p99, max of values (order-independent)."""
     ordered = sorted(values)
     if not ordered:
@@ -94,9 +99,10 @@ def distribution(values):
             "max": round(ordered[-1], 3)}
 
 
-def histogram(values, edges=HISTOGRAM_EDGES_MS):
+def histogram(values: Iterable[float], edges: list[int] = HISTOGRAM_EDGES_MS) -> list[dict[str, Any]]:
     """[{"lo", "hi", "count"}]: [lo, hi) bins, the last one open (hi null)."""
-    bins = [{"lo": lo, "hi": hi, "count": 0} for lo, hi in zip(edges, edges[1:] + [None])]
+    ends: list[Optional[int]] = [*edges[1:], None]
+    bins: list[dict[str, Any]] = [{"lo": lo, "hi": hi, "count": 0} for lo, hi in zip(edges, ends)]
     for value in values:
         for item in reversed(bins):
             if value >= item["lo"]:
@@ -105,18 +111,18 @@ def histogram(values, edges=HISTOGRAM_EDGES_MS):
     return bins
 
 
-def occurrence(cycle):
+def occurrence(cycle: Cycle) -> Occurrence:
     return {"run_id": cycle["run_id"], "cycle": cycle["cycle"], "host_start": cycle["host_start"],
             "mode": cycle["mode"]}
 
 
-def order_key(cycle):
+def order_key(cycle: Cycle) -> tuple[bool, float, str, int]:
     """Chronological order of cycles, deterministic for equal or missing times."""
     start = cycle["start"]
     return (start is None, start if start is not None else 0.0, cycle["run_id"], cycle["cycle"])
 
 
-def build_key(cycle):
+def build_key(cycle: Cycle) -> str:
     """commit/series[/variant] of the project, then the kernel it ran on
     when that is not the default tree and config: the unpatched 6.1 and 6.12
     of one commit both have series "none", and a user's --config builds the
@@ -133,7 +139,7 @@ def build_key(cycle):
 LEGACY_RELEASE = re.compile(r"6\.1(?!\d)")  # 6.1.192+: the only kernel before records named their spec
 
 
-def kernel_spec_of(cycle):
+def kernel_spec_of(cycle: Cycle) -> tuple[str, bool]:
     """(spec, recorded): the record's (or its manifest's) kernel spec; a cycle
     from before specs were recorded ran the default kernel, linux-source-6.1,
     unless its kernelrelease says otherwise."""
@@ -145,13 +151,13 @@ def kernel_spec_of(cycle):
     return f"kernelrelease {release}", False
 
 
-def _kernel_base(cycle):
+def _kernel_base(cycle: Cycle) -> tuple[str, str, Optional[str]]:
     spec, _ = kernel_spec_of(cycle)
     return (spec + (f"@{cycle['source_commit'][:12]}" if cycle["source_commit"] else ""),
             cycle["series_hash"] or "none", cycle["variant"])
 
 
-def assign_kernels(cycles):
+def assign_kernels(cycles: Iterable[Cycle]) -> None:
     """Name each cycle's kernel (kernel_key): spec[@source commit]/series
     hash[/config hash][/variant]. The config hash comes from run manifests
     only, so a run without one joins the kernel of the same spec, series and
@@ -159,7 +165,7 @@ def assign_kernels(cycles):
     config hash known); only where they differ does the config split them
     (and a run without a manifest stands apart). Depends on all the cycles:
     never cached per run."""
-    known = {}
+    known: dict[tuple[str, str, Optional[str]], set[str]] = {}
     for cycle in cycles:
         configs = known.setdefault(_kernel_base(cycle), set())
         if cycle["config_hash"]:
@@ -172,7 +178,7 @@ def assign_kernels(cycles):
         cycle["kernel_key"] = "/".join(part for part in (*base[:2], config, base[2]) if part)
 
 
-def kernel_key(cycle):
+def kernel_key(cycle: Cycle) -> str:
     """The cycle's kernel, as assign_kernels() named it."""
     return cycle["kernel_key"]
 
@@ -182,7 +188,7 @@ def kernel_key(cycle):
 injected = records.injected
 
 
-def verdict_counts(group):
+def verdict_counts(group: Sequence[Cycle]) -> Section:
     """Counts and the pass rate of normalised cycles (they keep the record's
     status, verdict and expected_verdict, which is all lab.records reads)."""
     rate = records.pass_rate(group)
@@ -190,15 +196,15 @@ def verdict_counts(group):
             "judged": rate["judged"], "rate": rate["rate"], "ci95": rate["ci95"]}
 
 
-def success(cycles):
+def success(cycles: Sequence[Cycle]) -> Section:
     modes = sorted({c["mode"] for c in cycles})
     return {"definition": records.PASS_RATE_DEFINITION,
             "all": verdict_counts(cycles),
             "modes": {mode: verdict_counts([c for c in cycles if c["mode"] == mode]) for mode in modes}}
 
 
-def bucket_section(cycles):
-    found = {}
+def bucket_section(cycles: Iterable[Cycle]) -> list[Section]:
+    found: dict[str, Section] = {}
     for cycle in sorted(cycles, key=order_key):
         for name in cycle["buckets"]:
             entry = found.get(name)
@@ -219,7 +225,7 @@ def bucket_section(cycles):
 LAB_ERROR_BUDGET = 0.01
 
 
-def lab_errors(cycles):
+def lab_errors(cycles: Sequence[Cycle]) -> Section:
     """The lab's own failures, apart from the kernel's: how many cycles the
     lab failed (verdict error) against the budget, and per cause (the error
     bucket, dashboards/buckets.py) their count, modes and an example. They
@@ -229,7 +235,7 @@ def lab_errors(cycles):
     rejected (lab.records.request_error: the request's)."""
     errors = [c for c in sorted(cycles, key=order_key)
               if c["verdict"] == records.ERROR and not injected(c) and not records.request_error(c)]
-    causes = {}
+    causes: dict[str, Section] = {}
     for cycle in errors:
         cause = buckets.error_class(cycle["reason"])
         entry = causes.get(cause)
@@ -248,13 +254,13 @@ def lab_errors(cycles):
             "causes": sorted(causes.values(), key=lambda e: (-e["count"], e["cause"]))}
 
 
-def works_after_resume(cycles, latency_section):
+def works_after_resume(cycles: Sequence[Cycle], latency_section: Section) -> Section:
     """A device guest's devices (lab/devices.py): per device, how often its
     probe passed after a resume (lab.records.works_rate, the one
     definition) overall and per mode, its probe time, its first and last
     failure with the error; and the slowest callbacks of the real drivers
     (the latency section's rows whose driver is one of theirs)."""
-    per_device = {}
+    per_device: dict[str, Section] = {}
     for cycle in sorted(cycles, key=order_key):
         for probe in cycle["probes"]:
             entry = per_device.setdefault(probe["device"], {"device": probe["device"], "probe": probe["probe"],
@@ -284,7 +290,7 @@ def works_after_resume(cycles, latency_section):
             "cycles": sum(1 for c in cycles if c["probes"]), "slowest_callbacks": real[:TOP_N]}
 
 
-def failures(cycles):
+def failures(cycles: Iterable[Cycle]) -> Section:
     failed = [c for c in sorted(cycles, key=order_key) if c["verdict"] not in (records.PASS, records.INTERRUPTED)]
     rows = [dict(occurrence(c), verdict=c["verdict"], expected_verdict=c["expected_verdict"],
                  injected=c[records.INJECTED_FIELD], unfinished=c["unfinished"], phase=c["phase"],
@@ -301,13 +307,13 @@ LATENCY_BATCH = 256
 class _LayoutBatch:
     """The records of one callback layout waiting to be counted."""
 
-    def __init__(self, calls, keys):
+    def __init__(self, calls: tuple[tuple[str, str, Optional[str]], ...], keys: tuple[int, ...]) -> None:
         self.calls = calls  # kept alive, so the id it is found by stays unique
         self.keys = keys    # per callback row, its key index
-        self.durations = []
-        self.at = []        # per record, (run_id, cycle)
+        self.durations: list[list[Optional[float]]] = []
+        self.at: list[tuple[str, Optional[int]]] = []  # per record, (run_id, cycle)
 
-    def count(self, us, max_at):
+    def count(self, us: dict[int, collections.Counter[Optional[float]]], max_at: dict[int, list[Any]]) -> None:
         """Add the waiting records to us {key index: Counter of
         microseconds} and max_at {key index: [us, run_id, cycle]}."""
         for key, column in zip(self.keys, zip(*self.durations)):
@@ -324,12 +330,12 @@ class _LayoutBatch:
         self.durations, self.at = [], []
 
 
-def _slowest_in(column):
+def _slowest_in(column: Sequence[Optional[float]]) -> Optional[tuple[float, int]]:
     """(largest finite duration, index of its first occurrence) of a column,
     or None when it has no finite one (None: a call that never returned)."""
     try:
-        top = max(column)
-        finite = math.isfinite(sum(column))
+        top: Any = max(column)  # type: ignore[type-var]  # a None raises TypeError, handled below
+        finite = math.isfinite(sum(column))  # type: ignore[arg-type]
     except TypeError:  # a None
         finite = False
     if not finite:
@@ -340,11 +346,11 @@ def _slowest_in(column):
     return top, column.index(top)
 
 
-def _run_and_cycle(record):
+def _run_and_cycle(record: records.Record) -> tuple[str, Optional[int]]:
     return (record.get("run_id") or "", record.get("cycle"))
 
 
-def latency_counts(raw_records):
+def latency_counts(raw_records: Iterable[records.Record]) -> Counts:
     """The callback latencies of raw records (as a lab.records.RunReader read
     them: each answers through its own run), mergeable: {"us": Counter of
     ((device, phase), microseconds or None), "errors": Counter of (device,
@@ -353,9 +359,12 @@ def latency_counts(raw_records):
     them keeps the exact percentiles and is small (most callbacks take a few
     microseconds). Records are taken in (run, cycle) order, so a column's
     first maximum is its earliest cycle's, as _slower() wants."""
-    us, errors, drivers, max_at = {}, collections.Counter(), {}, {}
-    key_index = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
-    batches = {}    # id(calls) -> _LayoutBatch; version 3 records share a few layouts (inputs.Inputs.shared_values)
+    us: dict[int, collections.Counter[Optional[float]]] = {}
+    errors: collections.Counter[int] = collections.Counter()
+    drivers: dict[str, set[str]] = {}
+    max_at: dict[int, list[Any]] = {}
+    key_index: dict[tuple[str, str], int] = {}  # (device, phase) -> a small int: cheaper to hash ~1600 times a record
+    batches: dict[int, _LayoutBatch] = {}    # id(calls) -> _LayoutBatch; version 3 records share a few layouts (inputs.Inputs.shared_values)
     for record in sorted(raw_records, key=_run_and_cycle):
         if injected(record):  # a fault or delay injected on purpose times nothing of the kernel's
             continue
@@ -384,7 +393,7 @@ def latency_counts(raw_records):
             "drivers": drivers, "max_at": {names[index]: held for index, held in max_at.items()}}
 
 
-def _slower(held, candidate):
+def _slower(held: Optional[list[Any]], candidate: list[Any]) -> list[Any]:
     """Of two [us, run_id, cycle], the slower; of equals the earlier cycle,
     so the answer does not depend on the order records are read in."""
     if held is None:
@@ -394,8 +403,11 @@ def _slower(held, candidate):
     return candidate if (candidate[1], candidate[2]) < (held[1], held[2]) else held
 
 
-def merge_latency_counts(parts):
-    us, errors, drivers, max_at = collections.Counter(), collections.Counter(), {}, {}
+def merge_latency_counts(parts: Iterable[Counts]) -> Counts:
+    us: collections.Counter[tuple[tuple[str, str], Optional[float]]] = collections.Counter()
+    errors: collections.Counter[tuple[str, str]] = collections.Counter()
+    drivers: dict[str, set[str]] = {}
+    max_at: dict[tuple[str, str], list[Any]] = {}
     for part in parts:
         us.update(part["us"])
         errors.update(part["errors"])
@@ -406,7 +418,7 @@ def merge_latency_counts(parts):
     return {"us": us, "errors": errors, "drivers": drivers, "max_at": max_at}
 
 
-def _counted_rank(counts, rank):
+def _counted_rank(counts: Iterable[tuple[float, int]], rank: int) -> float:
     """The rank-th (from 1) value of the sorted values counted in [(value, n)]."""
     for value, n in counts:
         rank -= n
@@ -415,9 +427,9 @@ def _counted_rank(counts, rank):
     raise IndexError(rank)
 
 
-def latency(counted):
+def latency(counted: Counts) -> Section:
     """The latency section from latency_counts()."""
-    samples = {}  # (device, phase) -> {"us": [(value, n)], "errors": n, "unfinished": n}
+    samples: dict[tuple[str, str], dict[str, Any]] = {}  # (device, phase) -> {"us": [(value, n)], "errors": n, "unfinished": n}
     for (key, value), n in counted["us"].items():
         entry = samples.setdefault(key, {"us": [], "errors": 0, "unfinished": 0})
         if value is None or not math.isfinite(value):
@@ -426,7 +438,7 @@ def latency(counted):
             entry["us"].append((value, n))
     for key, n in counted["errors"].items():
         samples.setdefault(key, {"us": [], "errors": 0, "unfinished": 0})["errors"] += n
-    devices = {}
+    devices: dict[str, Section] = {}
     rows = []
     for (device, phase), entry in samples.items():
         ordered = sorted(entry["us"])
@@ -450,11 +462,11 @@ def latency(counted):
     return {"unit": "us", "devices": devices, "top_p95": rows[:TOP_N]}
 
 
-def timing(cycles):
+def timing(cycles: Iterable[Cycle]) -> Section:
     passing = [c for c in cycles if c["verdict"] == records.PASS]
     modes = {}
     for mode in sorted({c["mode"] for c in passing}):
-        block = {}
+        block: Section = {}
         for field in ("suspend_ms", "resume_ms"):
             values = [c[field] for c in passing if c["mode"] == mode and c[field] is not None]
             if values:
@@ -464,40 +476,41 @@ def timing(cycles):
     return {"unit": "ms", "cycles": "pass", "bin_edges": HISTOGRAM_EDGES_MS, "modes": modes}
 
 
-def step_order(group, field="host_phases"):
+def step_order(group: Iterable[Cycle], field: str = "host_phases") -> list[str]:
     """The steps of host_phases (or phase_ms) in their usual order: by mean
     position in the records (the lab writes them in timeline order), then by
     name."""
-    positions = {}
+    positions: dict[str, list[int]] = {}
     for cycle in group:
         for index, step in enumerate(cycle[field]):
             positions.setdefault(step, []).append(index)
     return sorted(positions, key=lambda step: (math.fsum(positions[step]) / len(positions[step]), step))
 
 
-def mean_median(values):
+def mean_median(values: Sequence[float]) -> dict[str, float]:
     return {"n": len(values), "mean": round(math.fsum(values) / len(values), 3),
             "median": round(statistics.median(values), 3)}
 
 
-def passing_times(group):
+def passing_times(group: Iterable[Cycle]) -> Section:
     """distribution() of suspend_ms and resume_ms over the passing cycles (as
     timing()), and per PM phase of their phase_ms (n, p50, p95; in the
     phases' order)."""
     passing = [c for c in group if c["verdict"] == records.PASS]
-    out = {field: distribution([c[field] for c in passing if c[field] is not None])
+    out: Section = {field: distribution([c[field] for c in passing if c[field] is not None])
            for field in ("suspend_ms", "resume_ms")}
     timed = [c for c in passing if c["phase_ms"]]
     out["phases"] = []
     for phase in step_order(timed, "phase_ms"):
         stats = distribution([c["phase_ms"][phase] for c in timed if phase in c["phase_ms"]])
+        assert stats is not None, "step_order names only the phases some cycle timed"
         out["phases"].append({"phase": phase, "n": stats["n"], "p50": stats["p50"], "p95": stats["p95"]})
     return out
 
 
-def kernels(cycles, kernel_latency):
+def kernels(cycles: Iterable[Cycle], kernel_latency: dict[str, Counts]) -> Section:
     """The kernels side by side; kernel_latency: {kernel_key: latency_counts}."""
-    found = {}
+    found: dict[str, Section] = {}
     for cycle in sorted(cycles, key=order_key):
         key = kernel_key(cycle)
         entry = found.get(key)
@@ -527,7 +540,7 @@ def kernels(cycles, kernel_latency):
     return {"definition": records.PASS_RATE_DEFINITION, "top_n": KERNEL_TOP_N, "kernels": out}
 
 
-def host_time(cycles):
+def host_time(cycles: Iterable[Cycle]) -> Section:
     timed = [c for c in cycles if c["verdict"] == records.PASS and c["host_phases"]]
     modes = {}
     for mode in sorted({c["mode"] for c in timed}):
@@ -540,8 +553,8 @@ def host_time(cycles):
     return {"unit": "s", "cycles": "pass", "modes": modes}
 
 
-def harness_memory(cycles):
-    processes = {}
+def harness_memory(cycles: Iterable[Cycle]) -> Section:
+    processes: dict[tuple[str, int], Section] = {}
     for cycle in sorted(cycles, key=lambda c: (c["run_id"], c["cycle"])):
         pid, rss = cycle["harness_pid"], cycle["harness_rss_kib"]
         if pid is None or rss is None:
@@ -550,15 +563,15 @@ def harness_memory(cycles):
                                                               "first_kib": rss, "max_kib": rss})
         entry["cycles"] += 1
         entry.update(last_cycle=cycle["cycle"], last_kib=rss, max_kib=max(entry["max_kib"], rss))
-    by_run = {}
+    by_run: dict[str, list[Section]] = {}
     for (run_id, _), entry in sorted(processes.items(), key=lambda item: (item[0][0], item[1]["first_cycle"],
                                                                            item[0][1])):
         by_run.setdefault(run_id, []).append(entry)
     return {"unit": "KiB", "runs": by_run}
 
 
-def trends(cycles):
-    builds = {}
+def trends(cycles: Sequence[Cycle]) -> Section:
+    builds: dict[str, Section] = {}
     for cycle in sorted(cycles, key=order_key):
         key = build_key(cycle)
         build = builds.get(key)
@@ -601,8 +614,8 @@ def trends(cycles):
     return {"builds": ordered, "modes": modes}
 
 
-def runs(cycles, manifests):
-    out = {}
+def runs(cycles: Iterable[Cycle], manifests: dict[str, list[dict[str, Any]]]) -> dict[str, Section]:
+    out: dict[str, Section] = {}
     for cycle in sorted(cycles, key=order_key):
         run = out.setdefault(cycle["run_id"], {"cycles": 0, "modes": {}, "builds": [], "kernels": [],
                                                "first_start": cycle["host_start"]})
@@ -614,7 +627,7 @@ def runs(cycles, manifests):
         if kernel_key(cycle) not in run["kernels"]:
             run["kernels"].append(kernel_key(cycle))
     for run_id, run in out.items():
-        seen = set()
+        seen: set[str] = set()
         run["manifests"] = []
         for manifest in manifests.get(run_id, []):
             brief = manifest_brief(manifest)
@@ -626,7 +639,7 @@ def runs(cycles, manifests):
     return out
 
 
-def manifest_brief(manifest):
+def manifest_brief(manifest: dict[str, Any]) -> dict[str, Any]:
     """What identifies a run's setup (no shard number, nothing per-run)."""
     project, kernel = manifest.get("project") or {}, manifest.get("kernel") or {}
     tools, host = manifest.get("tools") or {}, manifest.get("host") or {}
@@ -642,7 +655,7 @@ def manifest_brief(manifest):
 
 # ------------------------------------------------------------------ entry points
 
-def build(loaded, kernel_latency=None):
+def build(loaded: inputs_module.Inputs, kernel_latency: Optional[dict[str, Counts]] = None) -> Section:
     """The dashboard dict from dashboards.inputs.load() output (and, when the
     caller has them, the latency counts of its cycles per kernel_key)."""
     cycles = loaded.cycles
@@ -650,7 +663,7 @@ def build(loaded, kernel_latency=None):
         cycle["buckets"] = buckets.classify(cycle)
     assign_kernels(cycles)
     if kernel_latency is None:
-        per_kernel = {}
+        per_kernel: dict[str, list[records.Record]] = {}
         for cycle, record in zip(cycles, loaded.records):
             per_kernel.setdefault(kernel_key(cycle), []).append(record)
         kernel_latency = {key: latency_counts(group) for key, group in per_kernel.items()}
@@ -685,9 +698,9 @@ LATENCY_BASELINE_RUNS = 10  # as pipelines/commit.py's BASELINE_RUNS
 LATENCY_CYCLES = 100        # of each run: a nightly's thousands would cost seconds a dashboard
 
 
-def latency_change(loaded):
+def latency_change(loaded: inputs_module.Inputs) -> Section:
     """The latency_change section: lab.latency's table of the newest run."""
-    first = {}
+    first: dict[str, tuple[float, Any]] = {}
     for cycle in loaded.cycles:
         at = inputs_module.epoch(cycle["host_start"]) if cycle["host_start"] else None
         held = first.get(cycle["run_id"])
@@ -706,12 +719,12 @@ def latency_change(loaded):
     return {"run": newest, "baseline": baseline, "rows": latency_gate.table(changes)}
 
 
-def _records_by_run(loaded, wanted):
+def _records_by_run(loaded: inputs_module.Inputs, wanted: set[str]) -> dict[str, list[records.Record]]:
     """{run id: its newest LATENCY_CYCLES raw records} of the wanted runs
     (records behind a cached part are read again, as lab.records reads
     them: JSON only, no normalising, so a cached nightly of thousands of
     cycles costs its parse alone)."""
-    found = {run_id: [] for run_id in wanted}
+    found: dict[str, list[records.Record]] = {run_id: [] for run_id in wanted}
     for cycle, record in zip(loaded.cycles, loaded.records):
         if cycle["run_id"] in wanted and record is not None:
             found[cycle["run_id"]].append(record)
@@ -746,7 +759,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @functools.lru_cache(maxsize=None)
-def code_version():
+def code_version() -> str:
     digest = hashlib.sha256()
     for name in CODE_FILES:
         with open(os.path.join(REPO, name), "rb") as source:
@@ -754,7 +767,7 @@ def code_version():
     return digest.hexdigest()[:20]
 
 
-def _stamp(path):
+def _stamp(path: str) -> Optional[list[int]]:
     try:
         status = os.stat(path)
     except FileNotFoundError:
@@ -762,7 +775,7 @@ def _stamp(path):
     return [status.st_size, status.st_mtime_ns]
 
 
-def cache_key(cycles_file, manifest):
+def cache_key(cycles_file: str, manifest: Optional[dict[str, Any]]) -> dict[str, Any]:
     run_dir = os.path.dirname(os.path.abspath(cycles_file))
     with open(cycles_file, "rb") as source:
         lines = source.read().count(b"\n")
@@ -771,27 +784,28 @@ def cache_key(cycles_file, manifest):
             "manifest": hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()}
 
 
-def _counts_to_json(counted):
+def _counts_to_json(counted: Counts) -> dict[str, Any]:
     return {"us": [[device, phase, value, n] for ((device, phase), value), n in counted["us"].items()],
             "errors": [[device, phase, n] for (device, phase), n in counted["errors"].items()],
             "drivers": {device: sorted(names) for device, names in counted["drivers"].items()},
             "max_at": [[device, phase, *held] for (device, phase), held in counted["max_at"].items()]}
 
 
-def _counts_from_json(data):
+def _counts_from_json(data: dict[str, Any]) -> Counts:
     return {"us": collections.Counter({((device, phase), value): n for device, phase, value, n in data["us"]}),
             "errors": collections.Counter({(device, phase): n for device, phase, n in data["errors"]}),
             "drivers": {device: set(names) for device, names in data["drivers"].items()},
             "max_at": {(device, phase): [us, run_id, cycle] for device, phase, us, run_id, cycle in data["max_at"]}}
 
 
-def _cached_cycle(cycle):
+def _cached_cycle(cycle: Cycle) -> Cycle:
     """What the dashboard uses of a normalised cycle: its evidence serves
     only to find lines about callback order (buckets)."""
     return dict(cycle, evidence=[line for line in cycle["evidence"] if buckets.ORDERING_LINE.search(line)])
 
 
-def read_part_cached(cycles_file, manifest, shared_values=None):
+def read_part_cached(cycles_file: str, manifest: Optional[dict[str, Any]],
+                     shared_values: Optional[records.SharedValues] = None) -> inputs_module.Part:
     """inputs.read_part with RUN_DIR/dashboard-cache.json (best effort: a
     cache that cannot be read or written is a recompute, never an error)."""
     try:
@@ -824,13 +838,13 @@ def read_part_cached(cycles_file, manifest, shared_values=None):
     return part
 
 
-def merged_latency_counts(loaded):
+def merged_latency_counts(loaded: inputs_module.Inputs) -> dict[str, Counts]:
     """The latency counts of the loaded cycles per kernel_key from the parts'
     own counts (a run is one kernel); a part that lost a cycle to a copy
     elsewhere, or that holds cycles of several kernels, is counted from its
     records."""
     assign_kernels(loaded.cycles)  # the parts' winning cycles are these very dicts
-    per_kernel = {}
+    per_kernel: dict[str, list[Counts]] = {}
     for part in loaded.parts:
         gone = set(loaded.lost.get(part.path) or ())
         keys = {key: kernel_key(cycle) for key, (cycle, _, _) in part.entries.items() if key not in gone}
@@ -841,7 +855,7 @@ def merged_latency_counts(loaded):
         if any(record is None for _, _, record in entries.values()):
             # the records behind a cached part
             entries = inputs_module.read_part(part.path, None, loaded.shared_values).entries
-        grouped = {}
+        grouped: dict[str, list[records.Record]] = {}
         for key, kernel in keys.items():  # the cycle as loaded (with its manifest) names the kernel
             grouped.setdefault(kernel, []).append(entries[key][2])
         for kernel, group in grouped.items():
@@ -849,7 +863,7 @@ def merged_latency_counts(loaded):
     return {kernel: merge_latency_counts(parts) for kernel, parts in per_kernel.items()}
 
 
-def compute(paths, cache=False):
+def compute(paths: Sequence[str], cache: bool = False) -> Section:
     """The dashboard of the runs under paths; cache: use and keep the per-run
     caches (RUN_DIR/dashboard-cache.json)."""
     if not cache:
@@ -858,11 +872,11 @@ def compute(paths, cache=False):
     return build(loaded, merged_latency_counts(loaded))
 
 
-def dumps(dashboard):
+def dumps(dashboard: Section) -> str:
     return json.dumps(dashboard, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="pmlab dashboard JSON from result runs")
     parser.add_argument("paths", nargs="+", metavar="RESULTS_DIR_OR_RUN_DIR",
                         help="a results directory (every run under it), a run directory or a cycles.jsonl")

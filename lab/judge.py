@@ -9,12 +9,17 @@ checked here (_proof); callback order is lab/oracle's.
 
 import re
 from dataclasses import dataclass
+from typing import Any, Optional, Protocol, cast
 
 from lab import calls, console, devices, guest_report, latency, pmtest_log, records, s2idle, trace
 from lab.oracle import cpu_hotplug
 from lab.oracle.cycle_check import as_record as ordering_record
 from lab.oracle.cycle_check import judge_cycle
-from lab.records import ERROR, FAIL, PASS, report_path
+from lab.modes import Mode
+from lab.records import ERROR, FAIL, PASS, Record, RunDir, report_path
+
+Event = tuple[float, str, str]  # a libvirt event: (time, kind, detail)
+Timeline = list[tuple[str, float]]  # the host's steps: [(step, time), ...]
 
 # guest/init prints this when the swap disk held no image: the boot was fresh,
 # not a restore (its earlier lines also appear in the boot kernel of a restore).
@@ -43,7 +48,7 @@ _KFAULT_ERRORS = {"No such device": "no device of that name in the guest",
                   "No space left on device": "16 faults set at once"}
 
 
-def rejected_knob(report):
+def rejected_knob(report: Optional[str]) -> Optional[str]:
     """The guest's refusal of a cycle's knob, in one line ("the guest
     rejected knob kfault='...': No such device (...)"), or None: the
     cycle never started, through no fault of the kernel or the lab."""
@@ -52,7 +57,7 @@ def rejected_knob(report):
         return None
     if found["calls"]:
         return f"the guest rejected knob {found['calls']}"
-    before = report[:found.start()].rstrip("\n").rpartition("\n")[2]
+    before = found.string[:found.start()].rstrip("\n").rpartition("\n")[2]
     why = _WRITE_ERROR.search(before)
     reason = why["why"].strip() if why else "refused"
     meaning = _KFAULT_ERRORS.get(reason) if found["knob"] == "kfault" else None
@@ -64,12 +69,12 @@ def rejected_knob(report):
 class ParsedReport:
     """A guest report parsed once, for the judge and the oracle: its
     sections, its trace's events and their paired device callbacks."""
-    sections: dict
-    events: list
-    callbacks: list
+    sections: dict[str, str]
+    events: list[trace.Event]
+    callbacks: list[trace.Callback]
 
 
-def parse_report(text):
+def parse_report(text: Optional[str]) -> ParsedReport:
     """ParsedReport of a report's text (None or "": no sections, no events)."""
     sections = guest_report.sections(text) if text else {}
     events = trace.parse(sections.get("trace", ""))
@@ -87,22 +92,24 @@ class Expected:
     broken before it; the guest's CPUs (lab.oracle.cpu_hotplug: which must
     go offline and come back)."""
     device_set: str = devices.DEFAULT
-    pmtest_tree: tuple = None
-    limits: dict = None
-    probe_history: dict = None
+    pmtest_tree: Optional[tuple[int, int]] = None
+    limits: Optional[dict[str, float]] = None
+    probe_history: Optional[dict[str, Any]] = None
     vcpus: int = 1
 
     @classmethod
-    def of_record(cls, record):
+    def of_record(cls, record: Record) -> "Expected":
         """The Expected a cycle record carries (lab.session writes the
         request's settings into every record it starts): the live judge
         and `./pmlab judge` read the same fields."""
         tree = record.get("pmtest_tree")
-        return cls(record.get("devices") or devices.DEFAULT, tuple(tree) if tree else None,
+        return cls(record.get("devices") or devices.DEFAULT, cast(tuple[int, int], tuple(tree)) if tree else None,
                    record.get("limits"), record.get("probe_history"), record.get("vcpus") or 1)
 
 
-def judge(mode, report, status, events, evidence, timeline, token, boot_id, parsed=None, expected=Expected()):
+def judge(mode: Mode, report: Optional[str], status: int, events: list[Event], evidence: list[str],
+          timeline: Timeline, token: str, boot_id: str, parsed: Optional[ParsedReport] = None,
+          expected: Expected = Expected()) -> Record:
     """The verdict fields of a finished cycle from what was observed: the
     guest's report text and exit status (report None: the guest booted afresh
     instead of resuming), the libvirt events [(time, kind, detail)], the
@@ -111,10 +118,10 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     parse_report(), when the caller has it; `expected`: what the request
     says the cycle must show (Expected), never the guest's echo. Pure: recorded cycles can be judged again
     (pytest/test_judge.py)."""
-    counts = {}
+    counts: dict[str, int] = {}
     for _, kind, _ in events:
         counts[kind] = counts.get(kind, 0) + 1
-    result = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
+    result: Record = {"events": counts, "proof": {}, "problems": console.problems(evidence)}
     changed = console.firmware_ram_changes(evidence)
     if changed:  # the platform's failure, whatever followed from it (a crash, a lost report)
         result.update(verdict=FAIL, phase="platform", firmware_ram_changes=changed,
@@ -165,7 +172,8 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     probed = calls.observed(events_trace, evidence)
     if probed:  # the calls knob's functions that ran, per device and kernel
         result["calls"] = probed
-    broken, afterwards, before_cycle = [], "", None
+    broken: list[tuple[str, str, str]] = []
+    afterwards, before_cycle = "", None
     result.update(_probes(parts, expected.device_set, "probes"))
     result.update(_probes(parts, expected.device_set, "probes_before"))
     if "probes" in result:  # a device guest: does every device still work?
@@ -225,7 +233,7 @@ def judge(mode, report, status, events, evidence, timeline, token, boot_id, pars
     return result
 
 
-def _probes(parts, device_set, section):
+def _probes(parts: dict[str, str], device_set: str, section: str) -> dict[str, list[dict[str, Any]]]:
     """{section: [...]} of a report's "probes" (after the resume) or
     "probes_before" (before the suspend) section: every probe the request's
     device set asks for must have its line, whatever the guest says it was
@@ -240,7 +248,8 @@ def _probes(parts, device_set, section):
     return {section: devices.parse_probes(parts[section], asked=expected or None)}
 
 
-def _broken_before(broken, history, result):
+def _broken_before(broken: list[tuple[str, str, str]], history: Optional[dict[str, Any]],
+                   result: Record) -> Optional[str]:
     """The reason's words for devices already broken before the suspend
     ("sata-disk (disk) broken before the cycle (since cycle 2 (mem)): ..."),
     or None; sets result["broken_before"] and, for a device the host saw a
@@ -268,7 +277,7 @@ def _broken_before(broken, history, result):
     return "; ".join(words)
 
 
-def _missing_tree(tree, phases, sequences):
+def _missing_tree(tree: Optional[tuple[int, int]], phases: list[str], sequences: trace.Sequences) -> Optional[str]:
     """Why the trace does not show the pmtest tree the request asked for
     (--pmtest-tree: every device of every tree, pmtest_full.0 ..), or None.
     Only a cycle that ran the device callbacks (dpm_suspend) can show it."""
@@ -286,17 +295,18 @@ def _missing_tree(tree, phases, sequences):
     return None
 
 
-def _broken(broken):
+def _broken(broken: list[tuple[str, str, str]]) -> str:
     """Devices whose probe failed, in words: "nvme-disk (disk): no block device; ..."."""
     return "; ".join(f"{device} ({probe}): {error}" for device, probe, error in broken)
 
 
-def _described(failed):
+def _described(failed: list[tuple[str, str, int]]) -> str:
     """Failed callbacks in words: "PNP0A06:01 (acpi) [suspend] EIO (-5), ..."."""
     return ", ".join(f"{device} {cb} {trace.errno_text(err)}" for device, cb, err in failed)
 
 
-def judge_with_order(mode, report, status, events, evidence, timeline, token, boot_id, expected=Expected()):
+def judge_with_order(mode: Mode, report: Optional[str], status: int, events: list[Event], evidence: list[str],
+                     timeline: Timeline, token: str, boot_id: str, expected: Expected = Expected()) -> Record:
     """judge(), then the callback order against the seed's rules (lab/oracle):
     a cycle that slept and woke with callbacks out of order did not pass.
     The verdict fields a driven cycle records (lab.cycle.DrivenCycle.finish,
@@ -315,7 +325,7 @@ def judge_with_order(mode, report, status, events, evidence, timeline, token, bo
     return result
 
 
-def _check_cpus(result, mode, parsed, vcpus):
+def _check_cpus(result: Record, mode: Mode, parsed: ParsedReport, vcpus: int) -> None:
     """An SMP guest's cycle: its non-boot CPUs offline and back around the
     noirq phases (lab.oracle.cpu_hotplug; a passing cycle that broke it
     fails, phase cpu-hotplug, naming the CPU), and how far device callbacks
@@ -329,7 +339,14 @@ def _check_cpus(result, mode, parsed, vcpus):
         result.update(verdict=FAIL, phase=cpu_hotplug.RULE, reason="; ".join(v.message for v in violations))
 
 
-def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, expected=Expected()):
+class Reply(Protocol):
+    """The guest's reply to a cycle (lab.guest_agent's): its report and exit status."""
+    output: str
+    status: int
+
+
+def judge_reply(mode: Mode, reply: Optional[Reply], events: list[Event], evidence: list[str], timeline: Timeline,
+                token: str, boot_id: str, expected: Expected = Expected()) -> Record:
     """judge_with_order on the guest's reply (None: booted afresh). Should
     the judge itself fail (a bug of ours, e.g. on a report it cannot read),
     the cycle is an `error` naming the exception, so it is still recorded
@@ -342,10 +359,11 @@ def judge_reply(mode, reply, events, evidence, timeline, token, boot_id, expecte
                 "reason": f"judging the cycle failed: {type(error).__name__}: {error}"}
 
 
-def _proof(mode, steps, token, boot_id, counts, before, after, result):
+def _proof(mode: Mode, steps: dict[str, float], token: str, boot_id: str, counts: dict[str, int],
+           before: dict[str, str], after: dict[str, str], result: Record) -> list[str]:
     """Fill result["proof"]; return the list of what is missing."""
     proof = result["proof"]
-    missing = []
+    missing: list[str] = []
     phases = result["phases"]
     success = result["suspend_stats_delta"].get("success", 0)
     if mode.kind == "mem":
@@ -398,7 +416,7 @@ def _proof(mode, steps, token, boot_id, counts, before, after, result):
     return missing
 
 
-def keep_evidence(rundir, record, report, evidence):
+def keep_evidence(rundir: RunDir, record: Record, report: Optional[str], evidence: list[str]) -> None:
     """Put a finished cycle's evidence in its record by the run's keep policy
     (RunDir.keep, --keep): "full" keeps every cycle's guest report (the whole
     trace buffer and pmtest log, reports/cycleN.txt.gz) and console lines;
@@ -415,11 +433,12 @@ def keep_evidence(rundir, record, report, evidence):
         record["evidence_lines"] = len(evidence)
 
 
-def host_phases(started, timeline):
+def host_phases(started: float, timeline: Timeline) -> dict[str, float]:
     """Seconds between consecutive host steps, e.g. {"sent-pmsuspend": 0.29}:
     where a cycle's wall time goes ("start" is the record's host_start,
     "ended" the wait's end, "judged" the verdict, oracle included)."""
-    phases, previous, last = {}, "start", started
+    phases: dict[str, float] = {}
+    previous, last = "start", started
     for step, when in timeline:
         key = f"{previous}-{step}"
         phases[key] = round(phases.get(key, 0) + when - last, 3)

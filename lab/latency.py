@@ -48,8 +48,16 @@ import dataclasses
 import math
 import os
 import statistics
+from typing import Any, Iterable, Mapping, Optional, Sequence, TypeGuard
 
 from lab import records
+from lab.records import Record
+
+# A sample key: ("callback", device, label) or ("phase", family, phase); a
+# damaged record's phase key may have None for its family (no mode).
+Key = tuple[str, Any, str]
+Samples = dict[Key, list[float]]
+Change = dict[str, Any]  # compare()'s change of one key
 
 ALPHA = 0.01
 FLOOR_MS = 20.0
@@ -67,37 +75,39 @@ class Floor:
     ms: float = FLOOR_MS
     ratio: float = FLOOR_RATIO
 
-    def exceeded(self, before_ms, after_ms):
+    def exceeded(self, before_ms: float, after_ms: float) -> bool:
         return after_ms - before_ms >= self.ms and after_ms >= before_ms * (1 + self.ratio)
 
 
-def sampled(record):
+def sampled(record: Record) -> bool:
     """Does the cycle time the kernel: passed, nothing injected?"""
     return records.state_of(record) == records.PASS and not records.injected(record)
 
 
-def family(mode):
+def family(mode: Optional[str]) -> Optional[str]:
     """The phase samples' pool of a mode name: mem, freeze and standby do the
     same PM phases; disk and each pm_test level do their own."""
     return "suspend" if mode in SUSPEND_FAMILY else mode
 
 
-def callback_key(device, label):
+def callback_key(device: str, label: str) -> Key:
     return ("callback", device, label)
 
 
-def phase_key(mode, phase):
+def phase_key(mode: Optional[str], phase: str) -> Key:
     return ("phase", family(mode), phase)
 
 
-def _number(value):
+def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def cycle_samples(record):
+def cycle_samples(record: Record) -> dict[Key, float]:
     """{key: ms} of one cycle: each callback key's calls summed, each phase.
     A damaged record (the dashboard reads raw lines) gives what it can."""
-    out = {}
+    out: dict[Key, float] = {}
+    calls: Sequence[tuple[str, str, Optional[str]]]
+    durations: Sequence[Optional[float]]
     try:
         calls, durations, _ = records.callback_columns(record)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError):  # RecordError is a ValueError
@@ -116,9 +126,9 @@ def cycle_samples(record):
     return out
 
 
-def samples(recs, modes=None):
+def samples(recs: Iterable[Record], modes: Optional[set[Optional[str]]] = None) -> Samples:
     """{key: [ms per cycle]} over the sampled cycles (of `modes` only, if given)."""
-    out = {}
+    out: Samples = {}
     for record in recs:
         if not sampled(record) or (modes is not None and record.get("mode") not in modes):
             continue
@@ -127,7 +137,7 @@ def samples(recs, modes=None):
     return out
 
 
-def sampled_modes(recs):
+def sampled_modes(recs: Iterable[Record]) -> set[Optional[str]]:
     return {record.get("mode") for record in recs if sampled(record)}
 
 
@@ -137,16 +147,16 @@ def sampled_modes(recs):
 EXACT_PAIRS = 500
 
 
-def one_sided_p(before, after):
+def one_sided_p(before: Sequence[float], after: Sequence[float]) -> float:
     """P(after's times are no larger than before's) by one-sided Mann-Whitney U."""
-    from scipy.stats import mannwhitneyu  # ~0.5 s to import: only when a key is tested
+    from scipy.stats import mannwhitneyu  # type: ignore[import]  # no stubs; ~0.5 s to import: only when a key is tested
     if len(set(before) | set(after)) == 1:
         return 1.0
     method = "exact" if len(before) * len(after) <= EXACT_PAIRS else "asymptotic"
     return float(mannwhitneyu(after, before, alternative="greater", method=method).pvalue)
 
 
-def describe_key(key):
+def describe_key(key: Sequence[str]) -> tuple[Optional[str], Optional[str], str]:
     """(device name, driver, callback or phase words) of a key."""
     if key[0] == "callback":
         name, driver = records.split_device_id(key[1])
@@ -154,7 +164,8 @@ def describe_key(key):
     return None, None, f"{key[2]} ({key[1]})"
 
 
-def compare(before, after, previous=None, alpha=ALPHA, floor=Floor(), keys=None):
+def compare(before: Sequence[Record], after: Sequence[Record], previous: Optional[Sequence[Record]] = None,
+            alpha: float = ALPHA, floor: Floor = Floor(), keys: Optional[Iterable[Key]] = None) -> list[Change]:
     """Changes of every key both sides sampled whose median got slower by
     the floor: [{"key", "device", "driver", "callback", "before_ms",
     "after_ms", "n_before", "n_after", "p", "flagged"}], flagged first, then
@@ -168,7 +179,8 @@ def compare(before, after, previous=None, alpha=ALPHA, floor=Floor(), keys=None)
     return compare_samples(was, now, last, alpha, floor, keys)
 
 
-def compare_samples(was, now, last=None, alpha=ALPHA, floor=Floor(), keys=None):
+def compare_samples(was: Samples, now: Samples, last: Optional[Samples] = None, alpha: float = ALPHA,
+                    floor: Floor = Floor(), keys: Optional[Iterable[Key]] = None) -> list[Change]:
     """compare() of samples() already taken (the false-alarm measurement
     shifts one key's samples): was the baseline's, now the run's, last the
     previous run's alone or None. The run's times are divided by how much
@@ -198,7 +210,7 @@ FACTOR_MIN_MS = 1.0
 FACTOR_MIN_KEYS = 5
 
 
-def host_factor(was, now):
+def host_factor(was: Samples, now: Samples) -> float:
     """How much slower the host ran `now` than `was`, as a whole (>= 1)."""
     ratios = [statistics.median(now[key]) / statistics.median(was[key]) for key in set(was) & set(now)
               if statistics.median(was[key]) >= FACTOR_MIN_MS]
@@ -207,7 +219,8 @@ def host_factor(was, now):
     return max(1.0, statistics.median(ratios))
 
 
-def changed(key, before, after, previous, alpha, floor, factor=1.0, previous_factor=1.0):
+def changed(key: Key, before: list[float], after: list[float], previous: Optional[list[float]], alpha: float,
+            floor: Floor, factor: float = 1.0, previous_factor: float = 1.0) -> Optional[Change]:
     """The change of one key, or None when its median, the host factor
     taken out, did not get slower by the floor."""
     before_ms, after_ms = statistics.median(before), statistics.median(after)
@@ -222,11 +235,11 @@ def changed(key, before, after, previous, alpha, floor, factor=1.0, previous_fac
             "n_before": len(before), "n_after": len(after), "p": p, "flagged": p < alpha and new}
 
 
-def p_text(p):
+def p_text(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def detail(change):
+def detail(change: Change) -> str:
     """"e1000e 0000:00:03.0 bus[suspend]: median 52.6 ms -> 490.6 ms, p < 0.001 (n 5 vs 5)"."""
     who = " ".join(word for word in (change["driver"], change["device"]) if word)
     what = f"{who} {change['callback']}" if who else f"phase {change['callback']}"
@@ -235,12 +248,13 @@ def detail(change):
             f"{p_text(change['p'])} (n {change['n_before']} vs {change['n_after']}{host})")
 
 
-def findings(before, after, previous=None, alpha=ALPHA, floor=Floor()):
+def findings(before: Sequence[Record], after: Sequence[Record], previous: Optional[Sequence[Record]] = None,
+             alpha: float = ALPHA, floor: Floor = Floor()) -> list[dict[str, Any]]:
     """The commit gate's findings (kind "latency") of the flagged changes."""
     return as_findings(compare(before, after, previous, alpha, floor))
 
 
-def as_findings(changes):
+def as_findings(changes: Iterable[Change]) -> list[dict[str, Any]]:
     """The flagged ones of compare()'s changes as gate findings."""
     return [{"kind": "latency", "device": c["device"], "driver": c["driver"], "callback": c["callback"],
              "before_ms": c["before_ms"], "after_ms": c["after_ms"], "p": c["p"],
@@ -248,7 +262,7 @@ def as_findings(changes):
             for c in changes if c["flagged"]]
 
 
-def table(changes, top=10):
+def table(changes: Sequence[Change], top: int = 10) -> list[dict[str, Any]]:
     """The per-device change as rows for a report or the dashboard: every
     flagged change and the `top` largest others, with p rounded."""
     shown = [c for c in changes if c["flagged"]] + [c for c in changes if not c["flagged"]][:top]
@@ -257,7 +271,7 @@ def table(changes, top=10):
             for c in shown]
 
 
-def table_lines(rows):
+def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """A table() as text lines."""
     if not rows:
         return ["latency: no callback or phase slower by the floor "
@@ -279,7 +293,7 @@ LIMIT_FIELDS = {"suspend": "suspend_ms", "resume": "resume_ms"}
 LIMIT_PHASE = "latency"
 
 
-def over_limit(result, limits):
+def over_limit(result: Record, limits: Optional[Mapping[str, Optional[float]]]) -> dict[str, Any]:
     """The verdict fields of a cycle whose guest-side suspend or resume time
     (result's suspend_ms, resume_ms) is over its limit in seconds
     ({"suspend": 15, "resume": 15}), or {}."""
@@ -298,7 +312,7 @@ def over_limit(result, limits):
 TABLE_FILE = "latency.json"
 
 
-def write_table(run_dir, rows, baseline):
+def write_table(run_dir: str, rows: Sequence[dict[str, Any]], baseline: Iterable[str]) -> None:
     """<run dir>/latency.json: the run's table() rows and the baseline runs
     they were compared with (the commit pipeline, the nightly; the dashboard
     reads it back with read_table)."""
@@ -308,7 +322,7 @@ def write_table(run_dir, rows, baseline):
                       "floor_ratio": FLOOR_RATIO, "rows": rows}, sort_keys=False)
 
 
-def read_table(run_dir):
+def read_table(run_dir: str) -> Optional[dict[str, Any]]:
     """A run's latency.json, or None (none written, or unreadable)."""
     from lab import files
     table_value = files.read_json(os.path.join(run_dir, TABLE_FILE))

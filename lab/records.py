@@ -61,9 +61,18 @@ import re
 import statistics
 import time
 import zlib
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 from lab import files
-from lab.trace import split_device_id
+from lab.modes import Mode
+from lab.trace import Sequences, split_device_id
+
+# A cycle record: one JSON object of cycles.jsonl (see the module's docstring).
+Record = dict[str, Any]
+# The callbacks of a record as callback_columns() reads them:
+# ((device, label, driver), ...), [us, ...], {index: errno}.
+Columns = tuple[tuple[tuple[str, str, Optional[str]], ...], list[Optional[float]], dict[int, int]]
+Ordered = TypeVar("Ordered")
 
 # A done cycle's verdict. ERROR is the lab's failure, not the kernel's;
 # INTERRUPTED: the run stopped during the cycle (Ctrl-C, a killed harness),
@@ -88,24 +97,24 @@ class ResultsWriteError(Exception):
     The run must stop: a cycle that cannot be recorded must not be run."""
 
 
-def results_write_error(path, error):
+def results_write_error(path: str, error: OSError) -> ResultsWriteError:
     return ResultsWriteError(f"cannot write {path}: {error.strerror or error}"
                              + (" (results disk full)" if error.errno == errno.ENOSPC else ""))
 
 
-def new_run_id():
+def new_run_id() -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{os.getpid()}"
 
 
-def iso(epoch):
+def iso(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 CYCLES_FILE = "cycles.jsonl"
 
 
-def cycles_path(run_dir):
+def cycles_path(run_dir: str) -> str:
     """A run directory's cycles.jsonl: the file only this module reads and writes."""
     return os.path.join(run_dir, CYCLES_FILE)
 
@@ -117,7 +126,7 @@ class RunExists(Exception):
     """RunDir(new=True) of a directory that holds a run's records already."""
 
 
-def holds_run(run_dir):
+def holds_run(run_dir: str) -> bool:
     """Does run_dir hold a run's records (a cycles.jsonl)?"""
     return os.path.exists(cycles_path(run_dir))
 
@@ -125,7 +134,8 @@ def holds_run(run_dir):
 class RunDir:
     """One run's result directory; `latest` points at the newest run."""
 
-    def __init__(self, results_root, name, keep="full", link_latest=True, run_id=None, new=False):
+    def __init__(self, results_root: str, name: str, keep: str = "full", link_latest: bool = True,
+                 run_id: Optional[str] = None, new: bool = False) -> None:
         """name: the directory under results_root; run_id: the records' run
         id, if not the name (a nightly shard's directory is <run-id>-shardIofN);
         keep: which cycles keep their full report (lab.judge.keep_evidence);
@@ -155,21 +165,21 @@ class RunDir:
         except OSError:
             pass
 
-    def file(self, *parts):
+    def file(self, *parts: str) -> str:
         return os.path.join(self.path, *parts)
 
-    def last_cycle(self):
+    def last_cycle(self) -> int:
         """The highest cycle number recorded in the run (0: none)."""
         return last_cycle(self.reader.read())
 
-    def append(self, record, shared=None):
+    def append(self, record: Record, shared: Optional[dict[str, Any]] = None) -> "RunRecord":
         """Append one record (append_records); shared: values it refers to
         that neither it carries nor this run holds (a record of another run).
         Returns the record as written, a RunRecord of this run."""
         _write_records(self.reader, [record], shared)
         return RunRecord(record, self.reader)
 
-    def write_file(self, relative, text, compress=False):
+    def write_file(self, relative: str, text: str, compress: bool = False) -> str:
         """Write a cycle's side file (report, hang dump) whole or not at all
         (ResultsWriteError). Returns its path relative to the run."""
         path = self.file(relative)
@@ -189,7 +199,7 @@ class RunDir:
             raise results_write_error(path, error) from None
         return relative
 
-    def write_summary(self, extra=None):
+    def write_summary(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         summary = summarize(self.reader.read())
         summary["run_id"] = self.run_id
         summary.update(extra or {})
@@ -200,7 +210,7 @@ class RunDir:
         return summary
 
 
-def append_records(path, records, shared=None):
+def append_records(path: str, records: Sequence[Record], shared: Optional[dict[str, Any]] = None) -> None:
     """The one writer of a cycles.jsonl: append records, one JSON line each,
     in one write() under an exclusive lock, fsynced. What the disk cannot
     take whole is cut off again (ResultsWriteError): no half line is left.
@@ -213,13 +223,14 @@ def append_records(path, records, shared=None):
     _write_records(RunReader(path), records, shared)
 
 
-def _write_records(reader, records, shared):
+def _write_records(reader: "RunReader", records: Sequence[Record], shared: Optional[dict[str, Any]]) -> None:
+    assert reader.cycles_path is not None, "a writer's reader has its run's path (RunReader(None) only reads)"
     _store_shared(reader, records, shared)
     data = "".join(json.dumps(record, sort_keys=False) + "\n" for record in records).encode()
     _append_bytes(reader.cycles_path, data)
 
 
-def _append_bytes(path, data):
+def _append_bytes(path: str, data: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as error:
@@ -239,7 +250,7 @@ def _append_bytes(path, data):
         os.close(fd)
 
 
-def write_cycles(path, records, shared=None):
+def write_cycles(path: str, records: Sequence[Record], shared: Optional[dict[str, Any]] = None) -> None:
     """A whole new cycles.jsonl holding `records` (merge, the LAVA import):
     written beside it through append_records (`shared` as there), then
     renamed into place, so a reader sees the old file or the new one, never
@@ -253,7 +264,7 @@ def write_cycles(path, records, shared=None):
     os.replace(temporary, path)
 
 
-def new_record(run_id, cycle, mode, status=STARTED, **fields):
+def new_record(run_id: str, cycle: int, mode: Mode, status: str = STARTED, **fields: Any) -> Record:
     """The one constructor of a cycle record (lab.cycle, lab.session, the
     LAVA engine): record_version, the cycle's identity and its mode (a
     lab.modes.Mode) first, then `fields` in the order given; a "knobs"
@@ -278,7 +289,7 @@ INJECTED_FIELD = "injected"
 REQUEST = "request"
 
 
-def injections(knobs):
+def injections(knobs: Iterable[Sequence[str]]) -> list[str]:
     """The knobs of [(name, value), ...] that inject a fault or delay, as
     the record's "injected" field: ["name=value", ...]."""
     return [f"{name}={value}" for name, value in knobs
@@ -286,26 +297,31 @@ def injections(knobs):
                 word.startswith(INJECTING_BOOT_WORDS) for word in str(value).split()))]
 
 
-def mark_done(record, **fields):
+def mark_done(record: Record, **fields: Any) -> Record:
     """A started record made its done line, in place: status DONE, then `fields`."""
     record.update(status=DONE, **fields)
     return record
 
 
-def is_done(record):
+def is_done(record: Record) -> bool:
     return record.get("status") == DONE
 
 
-def supersedes(new, old):
+def supersedes(new: Record, old: Optional[Record]) -> bool:
     """Does line `new` of a cycle replace the line `old` kept so far?"""
     return old is None or is_done(new) or not is_done(old)
 
 
-def _is_int(value):
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def read_cycles(path, problem=None, check=None, excluded=None):
+Problem = Callable[[int, str], None]  # (line number, message)
+Check = Callable[[Record, int], bool]  # (record, line number) -> whether it is valid
+
+
+def read_cycles(path: str, problem: Optional[Problem] = None, check: Optional[Check] = None,
+                excluded: Optional[list[int]] = None) -> list["RunRecord"]:
     """RunReader(path).read(): the records of a cycles.jsonl, each knowing
     its run's reader."""
     return RunReader(path).read(problem, check, excluded)
@@ -324,14 +340,15 @@ class RunReader:
     records that carry all they refer to (versions 1 and 2, a judged record
     not yet written)."""
 
-    def __init__(self, cycles_file, values=None):
+    def __init__(self, cycles_file: Optional[str], values: Optional["SharedValues"] = None) -> None:
         self.cycles_path = cycles_file
         self.shared_path = shared_path(cycles_file) if cycles_file else None
         self.values = values if values is not None else SharedValues()
-        self._keys = set()      # the keys this run's shared.jsonl holds, as far as read
-        self._read_to = None    # (inode, offset) of shared.jsonl read so far
+        self._keys: set[str] = set()  # the keys this run's shared.jsonl holds, as far as read
+        self._read_to: Optional[tuple[int, int]] = None  # (inode, offset) of shared.jsonl read so far
 
-    def read(self, problem=None, check=None, excluded=None):
+    def read(self, problem: Optional[Problem] = None, check: Optional[Check] = None,
+             excluded: Optional[list[int]] = None) -> list["RunRecord"]:
         """The line that counts of every cycle (see supersedes()), in cycle
         order, each a RunRecord (a dict that knows this reader); [] if there
         is no file.
@@ -344,7 +361,10 @@ class RunReader:
         (with no "done" line accepted) is left out altogether, its number
         appended to `excluded`: neither counted nor called unfinished."""
         problem = problem or (lambda number, message: None)
-        kept, refused = {}, {}
+        kept: dict[int, Record] = {}
+        refused: dict[int, int] = {}
+        if self.cycles_path is None:  # RunReader(None): no run, no records
+            return []
         try:
             source = open(self.cycles_path, "rb")
         except FileNotFoundError:
@@ -362,7 +382,7 @@ class RunReader:
                 if not isinstance(record, dict):
                     problem(number, f"not a JSON object but {type(record).__name__}")
                     continue
-                cycle = record.get("cycle")
+                cycle: Any = record.get("cycle")
                 if check is not None and not check(record, number):
                     if _is_int(cycle):
                         refused[cycle] = number
@@ -384,12 +404,12 @@ class RunReader:
                     excluded.append(cycle)
         return [RunRecord(kept[cycle], self) for cycle in sorted(kept)]
 
-    def shared_keys(self):
+    def shared_keys(self) -> set[str]:
         """The keys of the values this run's shared.jsonl holds now."""
         self._read_shared()
         return self._keys
 
-    def _read_shared(self):
+    def _read_shared(self) -> None:
         """Take in what shared.jsonl gained since last read (all of it if it
         was replaced). Only whole lines count: a line cut short by a crash
         was never followed by a record referring to it."""
@@ -400,7 +420,7 @@ class RunReader:
         except FileNotFoundError:
             self._keys, self._read_to = set(), None
             return
-        inode, offset = self._read_to or (None, 0)
+        inode, offset = self._read_to or (-1, 0)
         if inode != status.st_ino or status.st_size < offset:
             self._keys, offset = set(), 0
         if status.st_size == offset:
@@ -422,7 +442,7 @@ class RunReader:
                     self._keys.add(key)
         self._read_to = (status.st_ino, offset)
 
-    def _value(self, record, key):
+    def _value(self, record: Record, key: Optional[str]) -> Any:
         carried = record.get(CARRIED_FIELD)
         if isinstance(carried, dict) and key in carried:
             return carried[key]
@@ -433,12 +453,12 @@ class RunReader:
                 raise RecordError(f"cycle {record.get('cycle')}: shared value {key} is not in {where}")
         return self.values.by_key[key]
 
-    def shared_values(self, records):
+    def shared_values(self, records: Iterable[Record]) -> dict[str, Any]:
         """{key: value} of the shared values `records` refer to (to write
         them into another run: append_records' `shared`)."""
         return {key: self._value(record, key) for record in records for key in _references(record)}
 
-    def callback_columns(self, record):
+    def callback_columns(self, record: Record) -> Columns:
         """The one reader of a record's callbacks, any version: (calls, us, errors)
         with calls a tuple of (device, callback label, driver) per callback (the
         same tuple object for every record of one layout and SharedValues), us a
@@ -463,7 +483,9 @@ class RunReader:
             if len(us) != len(calls):
                 raise RecordError(f"cycle {record.get('cycle')}: {len(us)} durations for {len(calls)} callbacks")
             return calls, us, {row: err for row, err in table.get("err") or ()}
-        calls, us, errors = [], [], {}
+        found: list[tuple[str, str, Optional[str]]] = []
+        us = []
+        errors = {}
         for device, sequence in (record.get("callbacks") or {}).items():
             driver = split_device_id(device)[1]
             for call in sequence:
@@ -472,12 +494,12 @@ class RunReader:
                 else:
                     (cb, duration, err), call_driver = call[:3], driver
                 if err:
-                    errors[len(calls)] = err
-                calls.append((device, cb, call_driver))
+                    errors[len(found)] = err
+                found.append((device, cb, call_driver))
                 us.append(duration)
-        return tuple(calls), us, errors
+        return tuple(found), us, errors
 
-    def callback_errors(self, record):
+    def callback_errors(self, record: Record) -> list[dict[str, Any]]:
         """[{"device", "cb", "err", "t"}] of the callbacks whose errno is not 0, in
         the record's callback order (t: the start time, version 1 only, else
         None); unlike callback_columns() it leaves the durations packed."""
@@ -493,12 +515,12 @@ class RunReader:
                 for device, sequence in (record.get("callbacks") or {}).items() for call in sequence
                 if (call["err"] if isinstance(call, dict) else call[2])]
 
-    def callbacks(self, record):
+    def callbacks(self, record: Record) -> Sequences:
         """{device: [{"cb", "driver", "t", "us", "err"}]} of any record version
         (version 1 objects keep their driver and start time t; otherwise driver
         is the one in the device identity and t is None)."""
         if isinstance(record.get("callbacks"), dict) and not isinstance(record.get("callback_table"), dict):
-            out = {}
+            out: Sequences = {}
             for device, sequence in record["callbacks"].items():
                 out[device] = [{"cb": c["cb"], "driver": c.get("driver"), "t": c.get("t"), "us": c["us"],
                                 "err": c["err"]}
@@ -514,14 +536,14 @@ class RunReader:
                                                "err": None if us[index] is None else errors.get(index, 0)})
         return out
 
-    def pmtest(self, record):
+    def pmtest(self, record: Record) -> dict[str, list[str]]:
         """{pmtest device: ["<cb>:<event>=<ret>", ...]} of any record version."""
         if isinstance(record.get("pmtest_ref"), str):
             return self._value(record, record["pmtest_ref"])
         return record.get("pmtest") or {}
 
 
-class RunRecord(dict):
+class RunRecord(dict[str, Any]):
     """A record of a run, as RunReader.read() and RunDir.append() return it:
     equal to its line's JSON object, and knowing the reader of its run, so
     that callbacks(record) and the like need no run in hand. A copy made
@@ -530,18 +552,18 @@ class RunRecord(dict):
 
     __slots__ = ("reader",)
 
-    def __init__(self, fields, reader):
+    def __init__(self, fields: Record, reader: RunReader) -> None:
         super().__init__(fields)
         self.reader = reader
 
-    def __copy__(self):
+    def __copy__(self) -> "RunRecord":
         return RunRecord(self, self.reader)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> "RunRecord":
         return RunRecord(copy.deepcopy(dict(self), memo), self.reader)
 
 
-def close_interrupted(record, when=None):
+def close_interrupted(record: Record, when: Optional[float] = None) -> Record:
     """A cycle with only its "started" line whose harness stopped or is known
     to be gone, closed as interrupted (verdict and phase "interrupted")."""
     closed = mark_done(dict(record), verdict=INTERRUPTED, phase="interrupted",
@@ -561,7 +583,7 @@ EVENTS_FIELD = "host_events"
 OLD_EVENTS_FIELD = "libvirt_events"
 
 
-def host_events(record):
+def host_events(record: Record) -> list[list[Any]]:
     """A record's host events under either name ([] if it has none)."""
     events = record.get(EVENTS_FIELD)
     if events is None:
@@ -569,25 +591,27 @@ def host_events(record):
     return events or []
 
 
-def report_path(number):
+def report_path(number: int) -> str:
     """A cycle's full guest report, relative to its run directory."""
     return f"reports/cycle{number}.txt.gz"
 
 
-def read_report(run_dir, relative):
+def read_report(run_dir: str, relative: str) -> str:
     """The text of a kept guest report, `relative` as a record's "report"
     names it (RunDir.write_file wrote it, gzip-compressed or plain)."""
     path = os.path.join(run_dir, relative)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", errors="replace") as source:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rt", errors="replace") as packed:
+            return packed.read()
+    with open(path, errors="replace") as source:
         return source.read()
 
 
-def hang_dump_path(number, guest):
+def hang_dump_path(number: int, guest: str) -> str:
     return f"hang-cycle{number}-{guest}.txt"
 
 
-def sleepgraph_paths(number):
+def sleepgraph_paths(number: int) -> tuple[str, str]:
     """A cycle's files for Intel's sleepgraph (lab/sleepgraph.py), relative to
     its run directory: (ftrace, dmesg), named as sleepgraph names its own."""
     return f"reports/cycle{number}_ftrace.txt.gz", f"reports/cycle{number}_dmesg.txt.gz"
@@ -637,21 +661,21 @@ class SharedValues:
     readers of many runs, so a layout they have in common is held and
     decoded once."""
 
-    def __init__(self):
-        self.by_key = {}
-        self.columns = {}
+    def __init__(self) -> None:
+        self.by_key: dict[str, Any] = {}
+        self.columns: dict[Optional[str], tuple[tuple[str, str, Optional[str]], ...]] = {}
 
 
-def shared_path(cycles_file):
+def shared_path(cycles_file: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(cycles_file)), SHARED_FILE)
 
 
-def _content_key(value):
+def _content_key(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _references(record):
+def _references(record: Record) -> Iterator[str]:
     table = record.get("callback_table")
     if isinstance(table, dict) and isinstance(table.get("layout"), str):
         yield table["layout"]
@@ -659,11 +683,12 @@ def _references(record):
         yield record["pmtest_ref"]
 
 
-def _store_shared(reader, records, shared):
+def _store_shared(reader: "RunReader", records: Sequence[Record], shared: Optional[dict[str, Any]]) -> None:
     """Append to the run's shared.jsonl the values `records` refer to that it
     lacks, from what the records carry or `shared`; take CARRIED_FIELD out
     of every record."""
-    wanted, carried = {}, {}
+    wanted: dict[str, Record] = {}
+    carried: dict[str, Any] = {}
     for record in records:
         for key, value in (record.pop(CARRIED_FIELD, None) or {}).items():
             carried.setdefault(key, value)  # equal content; the first one made is written, as it always was
@@ -678,16 +703,21 @@ def _store_shared(reader, records, shared):
             raise RecordError(f"cycle {wanted[key].get('cycle')} refers to shared value {key}, which neither "
                               f"{reader.shared_path} nor the record nor the values given hold")
     if missing:
+        assert reader.shared_path is not None, "a writer's reader has its run's path (RunReader(None) only reads)"
         _append_bytes(reader.shared_path, "".join(
-            json.dumps({"key": key, "value": carried[key] if key in carried else shared[key]}) + "\n"
+            json.dumps({"key": key, "value": carried[key] if key in carried else (shared or {})[key]}) + "\n"
             for key in missing).encode())
 
 
-def compact_fields(sequences, pmtest_by_device):
+def compact_fields(sequences: Sequences, pmtest_by_device: dict[str, list[str]]) -> Record:
     """The version 3 record fields of a cycle's callbacks (lab.trace.callbacks:
     {device: [{"cb", "us", "err", ...}]}) and pmtest log (lab.pmtest_log.by_device),
     with the shared values they refer to in CARRIED_FIELD, for the writer."""
-    devices, labels, rows, durations, errors = [], {}, [], [], []
+    devices: list[str] = []
+    labels: dict[str, int] = {}
+    rows: list[list[int]] = []
+    durations: list[Optional[float]] = []
+    errors: list[list[int]] = []
     for device, calls in sequences.items():
         devices.append(device)
         for call in calls:
@@ -706,28 +736,28 @@ def compact_fields(sequences, pmtest_by_device):
 _DURATION_TYPES = frozenset({int, float, type(None)})
 
 
-def reader_of(record):
+def reader_of(record: Record) -> RunReader:
     """The reader of the record's run (RunRecord), else one of no run."""
     reader = getattr(record, "reader", None)
     return reader if reader is not None else RunReader(None)
 
 
-def callback_columns(record):
+def callback_columns(record: Record) -> Columns:
     """RunReader.callback_columns through the reader of the record's run."""
     return reader_of(record).callback_columns(record)
 
 
-def callback_errors(record):
+def callback_errors(record: Record) -> list[dict[str, Any]]:
     """RunReader.callback_errors through the reader of the record's run."""
     return reader_of(record).callback_errors(record)
 
 
-def callbacks(record):
+def callbacks(record: Record) -> Sequences:
     """RunReader.callbacks through the reader of the record's run."""
     return reader_of(record).callbacks(record)
 
 
-def pmtest(record):
+def pmtest(record: Record) -> dict[str, list[str]]:
     """RunReader.pmtest through the reader of the record's run."""
     return reader_of(record).pmtest(record)
 
@@ -739,7 +769,7 @@ def pmtest(record):
 _OLD_FAILED_CALLBACK = re.compile(r"\('(?P<device>[^']*)', '(?P<cb>[^']*)', (?P<err>-?\d+)\)")
 
 
-def failed_callbacks(record):
+def failed_callbacks(record: Record) -> list[dict[str, Any]]:
     """[{"device", "cb", "err"}] of the callbacks that failed, first first:
     the record's own field, or, for a record before version 2, read back
     from its reason text (this module's writer put it there)."""
@@ -768,7 +798,7 @@ STUCK_KEYS = ("device", "driver", "callback", "function", "since_s", "source", "
               "blocked_task", "order")
 
 
-def stuck(record):
+def stuck(record: Record) -> Optional[dict[str, Any]]:
     """The record's stuck callback (STUCK_FIELD) with every key, a value of
     the wrong type as null; None when it names no device, function or probe."""
     found = record.get(STUCK_FIELD)
@@ -783,49 +813,49 @@ def stuck(record):
 
 # ------------------------------------------------------------------ counting
 
-def state_of(record):
+def state_of(record: Record) -> str:
     """What the cycle counts as: its verdict once done (a done record without
     a valid verdict is damaged: the lab's error), else "unfinished"."""
     if not is_done(record):
         return UNFINISHED
-    return record.get("verdict") if record.get("verdict") in VERDICTS else ERROR
+    return str(record["verdict"]) if record.get("verdict") in VERDICTS else ERROR
 
 
-def injected(record):
+def injected(record: Record) -> bool:
     """Made to fail on purpose: a fault or delay injected (the "injected"
     field), or a verdict provoked (lab/session.py sets expected_verdict)."""
     return (record.get("expected_verdict") or PASS) != PASS or bool(record.get(INJECTED_FIELD))
 
 
-def request_error(record):
+def request_error(record: Record) -> bool:
     """The guest rejected a knob of the cycle: the request's error, never
     the kernel's fail or the lab's error."""
     return state_of(record) == ERROR and record.get("phase") == REQUEST
 
 
-def did_as_expected(record):
+def did_as_expected(record: Record) -> bool:
     """Passed, or, for an injected cycle, reached the verdict it was made for."""
     return state_of(record) == (record.get("expected_verdict") or PASS)
 
 
-def not_passed(records):
+def not_passed(records: Iterable[Record]) -> list[Record]:
     """The cycles a run lists as not passed: those that did not do as
     expected, less the interrupted (the run stopped: no failure)."""
     return [r for r in records if not did_as_expected(r) and state_of(r) != INTERRUPTED]
 
 
-def last_cycle(records):
+def last_cycle(records: Iterable[Record]) -> int:
     """The highest cycle number among records (0: none): a run continues after it."""
     return max((record["cycle"] for record in records), default=0)
 
 
-def rerun_origin(record):
+def rerun_origin(record: Record) -> Optional[int]:
     """The planned cycle a record stands for: its own number, or for a
     rerun of a cycle the lab failed (lab.session.Session.cycles) that one's."""
     return record.get("rerun_of", record.get("cycle"))
 
 
-def not_as_expected(records):
+def not_as_expected(records: Sequence[Record]) -> list[Record]:
     """The records a run is judged by: those that did not do as expected,
     less a lab error whose planned cycle a rerun then got to do as expected
     (the error is still counted, as the lab's, by verdict_counts), and less
@@ -836,7 +866,7 @@ def not_as_expected(records):
             and not (state_of(r) == ERROR and rerun_origin(r) in settled)]
 
 
-def verdict_counts(records):
+def verdict_counts(records: Iterable[Record]) -> dict[str, int]:
     """{state: cycles} over STATES: every cycle counted exactly once."""
     counts = dict.fromkeys(STATES, 0)
     for record in records:
@@ -844,7 +874,7 @@ def verdict_counts(records):
     return counts
 
 
-def wilson(successes, trials, z=Z95):
+def wilson(successes: int, trials: int, z: float = Z95) -> Optional[list[float]]:
     """Wilson score interval [low, high] for a binomial proportion, or None."""
     if trials <= 0:
         return None
@@ -859,7 +889,7 @@ PASS_RATE_DEFINITION = ("pass / (pass + fail + hang + unfinished); lab errors, i
                         "failed on purpose (injected) are counted but not judged; ci95: Wilson score interval")
 
 
-def pass_rate(records):
+def pass_rate(records: Sequence[Record]) -> dict[str, Any]:
     """The one pass rate: {"passed", "judged", "injected", "rate", "ci95"}
     (rate and ci95 None when nothing was judged)."""
     natural = [r for r in records if not injected(r)]
@@ -874,7 +904,7 @@ WORKS_RATE_DEFINITION = ("a device guest's probes that passed / probes run after
                          "a device with no probe line counts as failed); ci95: Wilson score interval")
 
 
-def works_rate(probes):
+def works_rate(probes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The one works-after-resume rate of a device's probes (the records'
     "probes" entries): {"probes", "ok", "rate", "ci95"}."""
     ok = sum(1 for probe in probes if probe.get("ok") is True)
@@ -882,24 +912,24 @@ def works_rate(probes):
             "ci95": wilson(ok, len(probes))}
 
 
-def nearest_rank(ordered, fraction):
+def nearest_rank(ordered: Sequence[Ordered], fraction: float) -> Ordered:
     """The nearest-rank percentile of an already sorted, non-empty list."""
     rank = max(1, math.ceil(fraction * len(ordered)))
     return ordered[rank - 1]
 
 
-def _stats(values):
-    values = [v for v in values if isinstance(v, (int, float))]
-    if not values:
+def _stats(values: Iterable[Any]) -> Optional[dict[str, float]]:
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    if not numbers:
         return None
-    return {"n": len(values), "mean": round(statistics.mean(values), 3),
-            "median": round(statistics.median(values), 3),
-            "min": round(min(values), 3), "max": round(max(values), 3)}
+    return {"n": len(numbers), "mean": round(statistics.mean(numbers), 3),
+            "median": round(statistics.median(numbers), 3),
+            "min": round(min(numbers), 3), "max": round(max(numbers), 3)}
 
 
-def summarize(records):
+def summarize(records: Sequence[Record]) -> dict[str, Any]:
     """Counts and the pass rate over all cycles and per mode."""
-    def block(group):
+    def block(group: Sequence[Record]) -> dict[str, Any]:
         rate = pass_rate(group)
         return {
             "cycles": len(group),

@@ -19,6 +19,7 @@ checking a request work on a machine without the lab's daemons.
 import dataclasses
 import json
 from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Optional, Protocol, Sequence, TypeVar
 
 from lab import calls, devices, modes
 from lab.errors import LabError
@@ -44,7 +45,12 @@ class Watchdogs:
     restore: float = 300   # domain started again -> report from the resumed image
 
 
-def seconds_settings(settings, text_items, option, name_word):
+Settings = TypeVar("Settings", "Watchdogs", "Limits")
+Knobs = tuple[tuple[str, str], ...]  # ((name, value), ...)
+
+
+def seconds_settings(settings: Settings, text_items: Optional[Iterable[str]], option: str,
+                     name_word: str) -> Settings:
     """settings (a dataclass of seconds: Watchdogs, Limits) with the values
     of ["NAME=SECONDS", ...] (repeated or joined with commas), each a
     positive, finite number; a bad item is a LabError naming it as
@@ -63,7 +69,7 @@ def seconds_settings(settings, text_items, option, name_word):
     return type(settings)(**values)
 
 
-def watchdogs_from(text_items):
+def watchdogs_from(text_items: Optional[Iterable[str]]) -> "Watchdogs":
     """Watchdogs from ["phase=seconds", ...] (--watchdog, pytest's too)."""
     return seconds_settings(Watchdogs(), text_items, "watchdog", "PHASE")
 
@@ -77,15 +83,15 @@ class Limits:
     resume: float = 15
 
 
-def limits_from(text_items):
+def limits_from(text_items: Optional[Iterable[str]]) -> "Limits":
     """Limits from ["suspend=15,resume=10", ...] (--limit, repeated or joined with commas)."""
     return seconds_settings(Limits(), text_items, "--limit", "NAME")
 
 
-def parse_injections(items):
+def parse_injections(items: Optional[Iterable[str]]) -> dict[int, Knobs]:
     """["CYCLE:NAME=VALUE", ...] -> {cycle: ((name, value), ...)}: pmtest knobs
     set for that cycle only (e.g. a delay past the watchdog to make it hang)."""
-    out = {}
+    out: dict[int, Knobs] = {}
     for item in items or ():
         number, sep, knob = item.partition(":")
         name, sep2, value = knob.partition("=")
@@ -105,7 +111,7 @@ def parse_injections(items):
     return out
 
 
-def check_vcpus(vcpus):
+def check_vcpus(vcpus: object) -> int:
     """`vcpus` if the lab kernel can run that many CPUs (VCPUS), else a
     LabError naming the value: every rendering of the machine (domain XML,
     the benchmark's QEMU line, a LAVA job) takes it from here."""
@@ -115,23 +121,23 @@ def check_vcpus(vcpus):
     return vcpus
 
 
-def pmtest_tree(text):
+def pmtest_tree(text: Optional[str]) -> Optional[tuple[int, int]]:
     """(depth, fanout) from --pmtest-tree DEPTHxFANOUT, or None; LabError
     naming the value otherwise. The limit is pmtest's own (pmtest_platform.c
     PMTEST_TREE_MAX): at most 256 devices a tree."""
     if text is None:
         return None
-    depth, sep, fanout = text.partition("x")
-    if not sep or not depth.isdigit() or not fanout.isdigit():
+    depth_text, sep, fanout_text = text.partition("x")
+    if not sep or not depth_text.isdigit() or not fanout_text.isdigit():
         raise LabError(f"bad --pmtest-tree '{text}': give DEPTHxFANOUT, e.g. 1x1 or 2x2")
-    depth, fanout = int(depth), int(fanout)
+    depth, fanout = int(depth_text), int(fanout_text)
     devices = sum(fanout ** level for level in range(depth + 1)) if fanout else 1
     if devices > 256:
         raise LabError(f"bad --pmtest-tree '{text}': {devices} devices a tree, pmtest allows 256")
     return depth, fanout
 
 
-def pmtest_tree_cmdline(tree):
+def pmtest_tree_cmdline(tree: Optional[tuple[int, int]]) -> str:
     """Kernel command line words for pmtest's tree size (guest/init passes
     pmtest.* words to insmod)."""
     return f"pmtest.depth={tree[0]} pmtest.fanout={tree[1]}" if tree else ""
@@ -144,7 +150,7 @@ class Guest:
     profile: str = "q35-ovmf"
     memory: int = 512           # MiB
     vcpus: int = 1
-    pmtest_tree: tuple = None   # (depth, fanout) or None: pmtest's default
+    pmtest_tree: Optional[tuple[int, int]] = None   # (depth, fanout) or None: pmtest's default
     devices: str = "lean"       # lab/devices.py SETS
     firmware_errata: bool = True
     watchdogs: Watchdogs = Watchdogs()
@@ -156,7 +162,7 @@ class Cycle:
     """One planned cycle: its number in the whole run, its mode, its knobs."""
     number: int
     mode: modes.Mode
-    knobs: tuple = ()           # ((name, value), ...)
+    knobs: Knobs = ()
 
 
 @dataclass(frozen=True)
@@ -164,17 +170,17 @@ class Lava:
     """Where a LAVA engine's jobs run (pipelines/lava: the lab's server)."""
     identity: str = "pmlab"
     jobs: int = 2
-    tags: tuple = ("q35-ovmf",)
-    artifacts_url: str = None   # an existing HTTP server of the run's artifacts
+    tags: tuple[str, ...] = ("q35-ovmf",)
+    artifacts_url: Optional[str] = None   # an existing HTTP server of the run's artifacts
 
 
 @dataclass(frozen=True)
 class RunRequest:
-    cycles: tuple               # (Cycle, ...) in plan order
+    cycles: tuple[Cycle, ...]   # in plan order
     artifacts: str              # the kernel's artifact directory
     results: str                # the results root
     run_id: str                 # the records' run id
-    run_dir: str = None         # its directory under results (default run_id; a nightly shard's own)
+    run_dir: Optional[str] = None  # its directory under results (default run_id; a nightly shard's own)
     guest: Guest = Guest()
     keep: str = "full"          # which cycles keep their full report (lab.judge.keep_evidence)
     lab_reruns: int = 2         # reruns of a cycle the lab failed, after the plan
@@ -187,13 +193,13 @@ class RunRequest:
     resume: bool = False
 
     @property
-    def directory(self):
+    def directory(self) -> str:
         return self.run_dir or self.run_id
 
-    def replace(self, **changes):
+    def replace(self, **changes: Any) -> "RunRequest":
         return dataclasses.replace(self, **changes)
 
-    def check(self):
+    def check(self) -> "RunRequest":
         """LabError naming the first bad value; nothing here needs libvirt."""
         if not self.cycles:
             raise LabError("the run plans no cycle")
@@ -212,7 +218,7 @@ class RunRequest:
         self._check_kfaults()
         return self
 
-    def continued_after(self, last):
+    def continued_after(self, last: int) -> "RunRequest":
         """This request continuing a run whose highest recorded cycle is
         `last`: if a planned number is not above it (./pmlab run --resume
         plans 1, 2, ...), the plan numbered on after it, in order, each
@@ -225,7 +231,7 @@ class RunRequest:
         return self.replace(cycles=tuple(dataclasses.replace(cycle, number=cycle.number + shift)
                                          for cycle in self.cycles))
 
-    def _check_kfaults(self):
+    def _check_kfaults(self) -> None:
         """Every kfault knob names a device the guest has, as far as the host
         knows them (lab.devices.kfault_problem): refused here, before a
         guest boots, not by the guest. A LAVA job's profile comes from its
@@ -242,21 +248,21 @@ class RunRequest:
 
     # ------------------------------------------------------------ the one encoder and parser
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         value = asdict(self)
         value["cycles"] = [[c.number, c.mode.name, c.mode.wake, [list(k) for k in c.knobs]] for c in self.cycles]
         return value
 
-    def to_json(self):
+    def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, value, template=False):
+    def from_dict(cls, value: Any, template: bool = False) -> "RunRequest":
         """The request to_dict gave; LabError for anything else. A template
         (a nightly's settings for its chunks) may plan no cycle."""
         try:
             value = dict(value)
-            cycles = tuple(Cycle(number, modes.parse_mode(name, wake), tuple(tuple(k) for k in knobs))
+            cycles = tuple(Cycle(number, modes.parse_mode(name, wake), tuple((knob, value) for knob, value in knobs))
                            for number, name, wake, knobs in value.pop("cycles"))
             guest = dict(value.pop("guest"))
             guest["watchdogs"] = Watchdogs(**guest.get("watchdogs", {}))
@@ -271,39 +277,53 @@ class RunRequest:
         return request if template and not cycles else request.check()
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str) -> "RunRequest":
         try:
             value = json.loads(text)
         except ValueError as error:
             raise LabError(f"not a run request: {error}") from None
         return cls.from_dict(value)
 
-    def write(self, path):
+    def write(self, path: str) -> str:
         return write_file(path, self)
 
     @classmethod
-    def read(cls, path):
+    def read(cls, path: str) -> "RunRequest":
         return read_file(path, cls)
 
 
-def write_file(path, request):
+class Encodable(Protocol):
+    def to_json(self) -> str: ...
+
+
+Decoded = TypeVar("Decoded", covariant=True)
+
+
+class Decodable(Protocol[Decoded]):
+    """A request class (its from_json)."""
+    def from_json(self, text: str) -> Decoded: ...
+
+
+def write_file(path: str, request: Encodable) -> str:
     """A request (anything with to_json) as the file a process it crosses reads."""
     from lab import files
     files.write_atomically(path, request.to_json() + "\n")
     return path
 
 
-def read_file(path, kind):
+def read_file(path: str, kind: Decodable[Decoded]) -> Decoded:
     """The request of `kind` (its from_json) in `path`; LabError naming the file."""
     try:
         with open(path) as source:
             text = source.read()
     except OSError as error:
-        raise LabError(f"cannot read the {kind.__name__} {path}: {error.strerror}") from None
+        kind_name = getattr(kind, "__name__", "request")  # a class; mypy's protocols cannot ask a class's name
+        raise LabError(f"cannot read the {kind_name} {path}: {error.strerror}") from None
     return kind.from_json(text)
 
 
-def numbered_cycles(plan, injections=None, numbers=None):
+def numbered_cycles(plan: list[tuple[modes.Mode, int]], injections: Optional[dict[int, Knobs]] = None,
+                    numbers: Optional[Sequence[int]] = None) -> tuple[Cycle, ...]:
     """[(Mode, count)] (modes.plan) -> (Cycle, ...): numbered from 1, or by
     `numbers` (a nightly shard's plan numbers, one per cycle); `injections`
     {number: knobs} by those numbers."""
@@ -319,7 +339,7 @@ def numbered_cycles(plan, injections=None, numbers=None):
     return tuple(Cycle(number, mode, tuple(injections.get(number, ()))) for number, mode in zip(numbers, flat))
 
 
-def _plan_range(numbers):
+def _plan_range(numbers: Iterable[int]) -> str:
     """"1-3" for consecutive numbers, else "2, 5, 8"."""
     ordered = sorted(numbers)
     if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)):
@@ -327,7 +347,7 @@ def _plan_range(numbers):
     return ", ".join(map(str, ordered))
 
 
-def guest_from_args(args, base=Guest()):
+def guest_from_args(args: Any, base: Guest = Guest()) -> Guest:
     """Guest settings from the options lab/options.py add_guest defines; an
     option not given keeps `base`'s value."""
     given = {name: getattr(args, name, None) for name in ("uri", "profile", "memory", "vcpus", "devices")}
@@ -343,7 +363,8 @@ def guest_from_args(args, base=Guest()):
     return dataclasses.replace(base, **changes)
 
 
-def from_args(args, artifacts, run_id, plan=None, numbers=None, **fields):
+def from_args(args: Any, artifacts: str, run_id: str, plan: Optional[list[tuple[modes.Mode, int]]] = None,
+              numbers: Optional[Sequence[int]] = None, **fields: Any) -> RunRequest:
     """The request the parsed options of a verb name. `plan` [(Mode, count)]
     defaults to the options' --mode (--cycles, --wake); `artifacts` is the
     directory lab.options.artifacts_dir resolved; `numbers` the plan's
@@ -355,7 +376,7 @@ def from_args(args, artifacts, run_id, plan=None, numbers=None, **fields):
     return template_from(args, artifacts, run_id, **fields).replace(cycles=cycles).check()
 
 
-def template_from(args, artifacts, run_id, **fields):
+def template_from(args: Any, artifacts: str, run_id: str, **fields: Any) -> RunRequest:
     """A request without cycles: the settings every chunk of a long run
     shares (pipelines/nightly plans the cycles chunk by chunk)."""
     for name in ("keep", "lab_reruns", "sleepgraph", "resume"):

@@ -14,7 +14,7 @@ where the kernel does the work.
 import errno
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 # "  sh-123     [000] d..1.   123.456789: suspend_resume: suspend_enter[3] begin"
 # The flags column is absent with some trace options; tolerate both. The task
@@ -42,7 +42,7 @@ class Event:
     cpu: int = 0
 
 
-def parse(text):
+def parse(text: str) -> list[Event]:
     """Trace text (as in /sys/kernel/tracing/trace) to events; comment and
     unparseable lines are skipped."""
     events = []
@@ -56,7 +56,10 @@ def parse(text):
     return events
 
 
-def markers(events):
+Marker = tuple[float, str, int, bool]  # (ts, action, val, is_begin)
+
+
+def markers(events: list[Event]) -> list[Marker]:
     """suspend_resume events as (ts, action, val, is_begin)."""
     out = []
     for event in events:
@@ -67,7 +70,7 @@ def markers(events):
     return out
 
 
-def timing(events):
+def timing(events: list[Event]) -> dict[str, Any]:
     """Guest-measured phase times in milliseconds.
 
     suspend_ms: first phase marker of the cycle -> machine_suspend begin (the
@@ -78,7 +81,7 @@ def timing(events):
     s2idle_loops: machine_suspend begin count (above 1 = spurious s2idle wakes)
     """
     marks = markers(events)
-    result = {"suspend_ms": None, "resume_ms": None, "total_ms": None, "s2idle_loops": 0,
+    result: dict[str, Any] = {"suspend_ms": None, "resume_ms": None, "total_ms": None, "s2idle_loops": 0,
               "last_phase": None}
     if not marks:
         return result
@@ -96,12 +99,13 @@ def timing(events):
     return result
 
 
-def phase_ms(events):
+def phase_ms(events: list[Event]) -> dict[str, float]:
     """Guest time per suspend_resume action (dpm_prepare, dpm_suspend, ...,
     machine_suspend, thaw_processes) in ms, in the order the actions began:
     the sum of its begin -> end spans (s2idle may enter machine_suspend more
     than once); a begin without its end (a hang) is left out."""
-    open_spans, total = {}, {}
+    open_spans: dict[str, list[float]] = {}
+    total: dict[str, Optional[float]] = {}
     for ts, action, val, is_begin in markers(events):
         if is_begin:
             open_spans.setdefault(action, []).append(ts)
@@ -111,16 +115,16 @@ def phase_ms(events):
     return {action: round(seconds * 1000, 3) for action, seconds in total.items() if seconds is not None}
 
 
-def phases_reached(events):
+def phases_reached(events: list[Event]) -> list[str]:
     """Names of the phases that began, in order (dpm_prepare, dpm_suspend, ...)."""
-    seen = []
+    seen: list[str] = []
     for ts, action, val, is_begin in markers(events):
         if is_begin and action not in seen:
             seen.append(action)
     return seen
 
 
-def device_id(driver, name, parent=None):
+def device_id(driver: str, name: str, parent: Optional[str] = None) -> str:
     """A device's identity: its name and its driver/bus string, "name (driver)".
     Names alone are not unique: an ACPI companion and its device share one
     (PNP0A06:01 on acpi and on container). A device with no driver, bus or
@@ -133,7 +137,7 @@ def device_id(driver, name, parent=None):
     return f"{name}@{parent}" if parent and parent != "none" else name
 
 
-def split_device_id(identity):
+def split_device_id(identity: str) -> tuple[str, Optional[str]]:
     """device_id() read back: (name, driver or None). A bare name (records
     before version 2 keyed devices by name only) has no driver; a
     "name@parent" is the device name (x86 device names have no "@")."""
@@ -165,20 +169,20 @@ class Callback:
     cpu: int = 0        # the CPU it started on
 
     @property
-    def device(self):
+    def device(self) -> str:
         return device_id(self.driver, self.name, self.parent)
 
     @property
-    def label(self):
+    def label(self) -> str:
         """"<info>[<verb>]", the callback as callbacks() names it."""
         return f"{self.info.strip()}[{self.verb}]"
 
     @property
-    def us(self):
+    def us(self) -> Optional[float]:
         return None if self.end_ts is None else round((self.end_ts - self.ts) * 1e6, 1)
 
 
-def _named_phase(info, verb, marked):
+def _named_phase(info: str, verb: str, marked: Optional[str]) -> Optional[str]:
     """The DPM phase a callback ran in: the markers' (`marked`), unless the
     callback's own words name another ("noirq bus" in dpm_complete). On an
     SMP guest an async callback of another CPU can sort past its phase's end
@@ -193,14 +197,16 @@ def _named_phase(info, verb, marked):
     return named
 
 
-def paired_callbacks(events):
+def paired_callbacks(events: list[Event]) -> list[Callback]:
     """Every device callback of the trace in the order they started, each
     start paired with its end. An end names the device and its driver
     string but not its parent, so it closes the newest open call of that
     (driver, name): async suspend interleaves devices, never one device's
     own calls. The one pairer: callbacks() (the record, the timeline) and
     the oracle (lab/oracle/observe.from_callbacks) read its result."""
-    found, open_calls, phase = [], {}, None
+    found: list[Callback] = []
+    open_calls: dict[tuple[str, str], list[Callback]] = {}
+    phase: Optional[str] = None
     for event in events:
         if event.name == "suspend_resume":
             match = SUSPEND_RESUME.match(event.body)
@@ -216,23 +222,24 @@ def paired_callbacks(events):
             open_calls.setdefault((call.driver.strip(), call.name), []).append(call)
         elif event.name == "device_pm_callback_end":
             match = CALLBACK_END.match(event.body)
-            stack = match and open_calls.get((match["driver"].strip(), match["device"]))
-            if not stack:
+            stack = open_calls.get((match["driver"].strip(), match["device"])) if match else None
+            if not match or not stack:
                 continue
             call = stack.pop()
             call.end_ts, call.err = event.ts, int(match["err"])
     return found
 
 
-def overlapping_callbacks(paired):
+def overlapping_callbacks(paired: list[Callback]) -> dict[str, Any]:
     """How far device callbacks ran at once (async suspend and resume):
     {"overlapping": callbacks that started while another device's was still
     running, "on_two_cpus": those of them started on another CPU than that
     one, "example": the first such pair (on two CPUs if any) in words}. A
     callback that never returned overlaps nothing here."""
-    active, overlapping, two_cpus, example, example_cpus = [], 0, 0, None, False
+    active: list[Callback] = []
+    overlapping, two_cpus, example, example_cpus = 0, 0, None, False
     for call in paired:
-        active = [other for other in active if other.end_ts > call.ts]
+        active = [other for other in active if other.end_ts is not None and other.end_ts > call.ts]
         others = [other for other in active if other.device != call.device]
         if others:
             overlapping += 1
@@ -256,17 +263,18 @@ class HotplugSpan:
     action: str
     begin: float
     end: Optional[float] = None
-    steps: list = field(default_factory=list)
+    steps: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
-    def failed_step(self):
+    def failed_step(self) -> Optional[tuple[int, int, int]]:
         """(state, step, ret) of the first hotplug step that returned an error, or None."""
         return next((step for step in self.steps if step[2] != 0), None)
 
 
-def hotplug_spans(events):
+def hotplug_spans(events: list[Event]) -> list[HotplugSpan]:
     """Every CPU_OFF[n] / CPU_ON[n] span of the trace, in order."""
-    spans, open_spans = [], {}
+    spans: list[HotplugSpan] = []
+    open_spans: dict[int, HotplugSpan] = {}
     for event in events:
         if event.name == "suspend_resume":
             match = SUSPEND_RESUME.match(event.body)
@@ -286,18 +294,21 @@ def hotplug_spans(events):
     return spans
 
 
-def per_device(paired):
+Sequences = dict[str, list[dict[str, Any]]]  # per_device(): {device: [{"cb", "driver", "t", "us", "err"}, ...]}
+
+
+def per_device(paired: list[Callback]) -> Sequences:
     """paired_callbacks() per device (device_id()), in order:
     {device: [{"cb": "<info>[<verb>]", "driver": d, "t": ts, "us": duration, "err": n}, ...]}
     A callback that never returned has us/err None."""
-    sequences = {}
+    sequences: Sequences = {}
     for call in paired:
         sequences.setdefault(call.device, []).append(
             {"cb": call.label, "driver": call.driver, "t": call.ts, "us": call.us, "err": call.err})
     return sequences
 
 
-def callbacks(events):
+def callbacks(events: list[Event]) -> Sequences:
     """Per device, its PM callbacks in order (per_device() of paired_callbacks())."""
     return per_device(paired_callbacks(events))
 
@@ -305,7 +316,7 @@ def callbacks(events):
 EAGAIN = -11
 
 
-def failed_callbacks(sequences):
+def failed_callbacks(sequences: Sequences) -> list[tuple[str, str, int]]:
     """(device id, callback, err) for each callback that returned an error.
     ->prepare returning -EAGAIN is no failure: the PM core prepares the
     device again at once; nor is a positive return (it asks for
@@ -324,7 +335,7 @@ KERNEL_ERRNOS = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAND
                  526: "ESERVERFAULT", 527: "EBADTYPE", 528: "EJUKEBOX", 529: "EIOCBQUEUED", 530: "ERECALLCONFLICT"}
 
 
-def errno_text(err):
+def errno_text(err: int) -> str:
     """A callback's return as every output shows it: -5 -> "EIO (-5)"; a
     number without a name stays the number ("-600")."""
     name = errno.errorcode.get(abs(err)) or KERNEL_ERRNOS.get(abs(err))
@@ -336,7 +347,7 @@ def errno_text(err):
 DOWN_VERBS = ("suspend", "freeze", "hibernate", "quiesce")
 
 
-def phase_of(callback):
+def phase_of(callback: str) -> str:
     """PM phase of a callback label from callbacks(): "noirq bus[suspend]" ->
     "suspend_noirq". 6.1 traces ->prepare and ->complete with an empty info
     ("[suspend]", "[resume]"): the direction of the verb tells them apart."""

@@ -266,6 +266,19 @@ def smoke_request_of(args, artifacts, run_id, smoke):
     return request_mod.from_args(args, artifacts, run_id, plan=[(modes_mod.mode_of(mode), 1) for mode in smoke])
 
 
+def campaign_command(args, smoke_request, run_dir):
+    """The fault campaign's pytest command (pytest/test_fault_campaign.py):
+    its guests the smoke's, every setting (the smoke's request, written to
+    the run directory as campaign-request.json, read by pytest/conftest.py's
+    --request), its records under the smoke's results root, its JUnit XML in
+    the run directory (campaign.xml)."""
+    request_file = smoke_request.write(os.path.join(run_dir, "campaign-request.json"))
+    return [PYTHON, "-m", "pytest", os.path.join(REPO, "pytest", "test_fault_campaign.py"),
+            "-p", "no:cacheprovider", "-q", "--lab-results", args.results,
+            "--junitxml", os.path.join(run_dir, "campaign.xml"), "--artifacts", smoke_request.artifacts,
+            "--request", request_file]
+
+
 def smoke_as_modes(text):
     """The older --smoke "mem=3,freeze=2" in the mode grammar: "mem*3,freeze*2"."""
     return ",".join(f"{name}*{count}" if count else name
@@ -387,12 +400,7 @@ def main(argv=None):
             # failure path in real guests, judged by the oracle.  Any
             # failing case is a regression of this commit.
             xml = os.path.join(run_dir, "campaign.xml")
-            argv = [PYTHON, "-m", "pytest", os.path.join(REPO, "pytest", "test_fault_campaign.py"),
-                    "-p", "no:cacheprovider", "-q", "--lab-results", args.results,
-                    "--junitxml", xml, "--artifacts", artifacts]
-            if args.uri is not None:
-                argv += ["--uri", args.uri]
-            code = run(argv, prefix="campaign")
+            code = run(campaign_command(args, smoke_request, run_dir), prefix="campaign")
             entry["note"] = f"pytest exit {code}"
             if code != 0:
                 entry["status"] = "failed"

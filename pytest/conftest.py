@@ -16,6 +16,8 @@ all workers append to the same results/<run-id>/cycles.jsonl and the
 controller writes summary.json at the end.
 """
 
+import dataclasses
+import json
 import os
 import sys
 
@@ -29,6 +31,7 @@ from lab import artifacts as artifacts_mod  # noqa: E402
 from lab import options  # noqa: E402
 from lab import modes as modes_mod  # noqa: E402
 from lab import virt  # noqa: E402
+from lab import request as request_mod  # noqa: E402
 from lab.request import watchdogs_from  # noqa: E402
 from lab.records import RunDir, new_run_id  # noqa: E402
 
@@ -52,6 +55,11 @@ def pytest_addoption(parser):
     group.addoption("--uri", default=virt.DEFAULT_URI, help="libvirt URI")
     group.addoption("--profile", default="q35-ovmf", help="q35-ovmf or pc-seabios")
     group.addoption("--watchdog", action="append", metavar="PHASE=SECONDS")
+    group.addoption("--request", metavar="FILE",
+                    help="a run request (lab/request.py) whose guest the guest tests boot, every setting of "
+                         "it (profile, memory, vcpus, devices, pmtest tree, watchdogs, limits, ...): "
+                         "./pmlab commit writes its smoke's for the fault campaign; no --uri, --profile "
+                         "or --watchdog with it")
     group.addoption("--lab-results", default=os.path.join(REPO, "results"), help="results root")
     group.addoption("--fuzz-share", type=int, default=100, metavar="PERCENT",
                     help="run this share of each property test's examples (pytest/test_parser_fuzz.py; "
@@ -130,6 +138,40 @@ def artifacts_dir(config):
                                                        for name in ("artifacts", "baseline", "kernel", "series", "config")}))
 
 
+def guest_spec(config):
+    """The guest the guest tests boot (lab.request.Guest): --request's
+    whole, or --uri, --profile and --watchdog over the request's defaults.
+    LabError for an unreadable request or one given with those options
+    (they would be dropped)."""
+    path = config.getoption("--request")
+    if path is None:
+        return request_mod.Guest(uri=config.getoption("--uri"), profile=config.getoption("--profile"),
+                                 watchdogs=watchdogs_from(config.getoption("--watchdog")))
+    given = [name for name, default in (("--uri", virt.DEFAULT_URI), ("--profile", "q35-ovmf"), ("--watchdog", None))
+             if config.getoption(name) != default]
+    if given:
+        raise virt.LabError(f"--request {path} names the guest: give no {', '.join(given)} with it")
+    return request_mod.RunRequest.read(path).guest
+
+
+def session_of(lab_run, worker):
+    """A Session whose guests are the run's guest spec, every setting of it."""
+    from lab.session import Session
+    guest = lab_run["guest"]
+    return Session(lab_run["artifacts"], lab_run["rundir"], guest.uri, guest.profile, guest.watchdogs, worker,
+                   guest.memory, guest.vcpus, connection=lab_run["connection"], pmtest_tree=guest.pmtest_tree,
+                   firmware_errata=guest.firmware_errata, device_set=guest.devices, limits=guest.limits)
+
+
+def pytest_report_header(config):
+    """The guest settings, in the header: what a run's guests were is then in its log."""
+    try:
+        spec = guest_spec(config)
+    except virt.LabError as error:
+        return f"pmlab guest: {error}"
+    return "pmlab guest: " + json.dumps(dataclasses.asdict(spec), sort_keys=True)
+
+
 @pytest.fixture(scope="session")
 def lab_run(request):
     """The run directory and the checked inputs shared by guest tests: a
@@ -140,26 +182,23 @@ def lab_run(request):
         # Held for the session: no build installs into them while guests boot.
         hold = artifacts_mod.hold(artifacts_dir(config))
         found = artifacts_mod.find(artifacts_dir(config))
-        watchdogs = watchdogs_from(config.getoption("--watchdog"))
-        connection = virt.Connection(config.getoption("--uri"))
+        guest = guest_spec(config)
+        connection = virt.Connection(guest.uri)
     except virt.LabError as error:
         problem = str(error)
     if problem:  # outside the except block: one message, no exception chain
         pytest.fail(f"lab setup: {problem}", pytrace=False)
     rundir = RunDir(config.getoption("--lab-results"), config.pmlab_run_id)
     worker = getattr(config, "workerinput", {}).get("workerid", "w0")
-    yield {"artifacts": found, "watchdogs": watchdogs, "connection": connection, "plan": _plan(config),
-           "rundir": rundir, "worker": worker, "uri": config.getoption("--uri"),
-           "profile": config.getoption("--profile")}
+    yield {"artifacts": found, "guest": guest, "watchdogs": guest.watchdogs, "connection": connection,
+           "plan": _plan(config), "rundir": rundir, "worker": worker, "uri": guest.uri, "profile": guest.profile}
     if hold:
         hold.close()
 
 
 @pytest.fixture(scope="session")
 def lab_session(lab_run):
-    from lab.session import Session
-    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
-                      lab_run["watchdogs"], lab_run["worker"], connection=lab_run["connection"])
+    session = session_of(lab_run, lab_run["worker"])
     yield session
     session.close()
 

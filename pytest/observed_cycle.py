@@ -8,7 +8,7 @@ import gzip
 import os
 
 from lab import guest_report, modes, oracle
-from lab.session import Session
+from conftest import session_of
 
 
 class Observed:
@@ -51,9 +51,7 @@ def cycle_runner(lab_run, worker_suffix, first_number, count=99):
     from `first_number` so that two suites' records never share a number. A
     suite that runs more cycles than its range fails saying so. The caller
     closes the session."""
-    session = Session(lab_run["artifacts"], lab_run["rundir"], lab_run["uri"], lab_run["profile"],
-                      lab_run["watchdogs"], lab_run["worker"] + worker_suffix,
-                      connection=lab_run["connection"])
+    session = session_of(lab_run, lab_run["worker"] + worker_suffix)
     numbers = iter(range(first_number, first_number + count))
 
     def run(mode, knobs=(), expect="pass"):

@@ -52,7 +52,7 @@ def test_the_verb_list():
     assert listed == list(cli.VERBS) + list(cli.SHELL_VERBS)
     assert list(cli.VERBS) == ["run", "test", "judge", "dashboard", "timeline", "devices", "bench", "commit",
                                "nightly", "soak", "bisect", "corpus", "merge", "junit", "baseline-compare", "lava",
-                               "sleepgraph", "latency-check"]
+                               "sleepgraph", "latency-check", "mutants"]
 
 
 def test_the_project_has_one_door():

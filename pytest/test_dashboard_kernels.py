@@ -18,6 +18,7 @@ import statistics
 
 import pytest
 
+import independent
 from dashboards import compute, render, schemas, testing, timeline
 from lab import records
 from lab.kernels import DEFAULT_SPEC
@@ -98,14 +99,14 @@ def test_two_kernels_side_by_side_with_the_one_rate(recorded, tmp_path):
             rate = records.pass_rate(group)
             block = entry["modes"][mode]
             assert (block["rate"], block["ci95"]) == (rate["rate"], rate["ci95"])
-            assert block["ci95"] == records.wilson(rate["passed"], rate["judged"])
+            assert block["ci95"] == independent.wilson(rate["passed"], rate["judged"])
             for field in ("suspend_ms", "resume_ms"):
                 values = sorted(r[field] for r in group if r["verdict"] == "pass" and r.get(field) is not None)
                 if not values:
                     assert block[field] is None
                     continue
                 assert block[field]["p50"] == round(statistics.median(values), 3)
-                assert block[field]["p95"] == round(records.nearest_rank(values, 0.95), 3)
+                assert block[field]["p95"] == round(independent.nearest_rank(values, 0.95), 3)
             passing = [r for r in group if r["verdict"] == "pass" and r.get("phase_ms")]
             assert [p["phase"] for p in block["phases"]] == \
                 sorted({p for r in passing for p in r["phase_ms"]},
@@ -114,7 +115,7 @@ def test_two_kernels_side_by_side_with_the_one_rate(recorded, tmp_path):
             for item in block["phases"]:
                 values = sorted(r["phase_ms"][item["phase"]] for r in passing if item["phase"] in r["phase_ms"])
                 assert (item["n"], item["p50"], item["p95"]) == \
-                    (len(values), round(statistics.median(values), 3), round(records.nearest_rank(values, 0.95), 3))
+                    (len(values), round(statistics.median(values), 3), round(independent.nearest_rank(values, 0.95), 3))
         # the slowest callbacks of a kernel are those of a dashboard over its runs alone
         alone = compute.compute([str(root / run)])
         assert entry["slowest"] == alone["latency"]["top_p95"][:compute.KERNEL_TOP_N] != []

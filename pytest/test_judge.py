@@ -10,7 +10,7 @@ import pytest
 
 from lab import modes
 from lab import records as record_format
-from lab.judge import judge
+from lab.judge import Expected, judge
 from hang_evidence import assert_hang_evidence
 from recordings_util import read, records, report
 
@@ -136,6 +136,27 @@ def test_pm_test_with_a_real_suspend_event_fails():
     record = copy.deepcopy(RECORDS["pm_test-core"])
     record["libvirt_events"].append([0, "pmsuspend", None])
     assert rejudge("pm_test-core", record)["verdict"] == "fail"
+
+
+def test_suspend_stats_must_go_up_by_exactly_one():
+    """Two suspends counted for one cycle: the guest did not do one clean
+    suspend and resume."""
+    text = report("mem")
+    assert text.count("/sys/power/suspend_stats/success:3") == 1  # the "after" snapshot (before: 2)
+    result = rejudge("mem", report_text=text.replace("/sys/power/suspend_stats/success:3",
+                                                     "/sys/power/suspend_stats/success:4"))
+    assert (result["verdict"], result["phase"]) == ("fail", "sleep")
+    assert "suspend_stats success went up by 2, not 1" in result["reason"]
+
+
+def test_a_cycle_that_runs_no_device_callbacks_need_not_show_the_pmtest_tree():
+    """pm_test=freezer stops before dpm_suspend: no device callback runs,
+    so the requested tree cannot show, and that is no failure."""
+    record = RECORDS["pm_test-freezer"]
+    mode = modes.parse_mode(record["mode"], record["wake"])
+    result = judge(mode, report("pm_test-freezer"), 0, record_format.host_events(record), record["evidence"],
+                   record["timeline"], record["token"], record["guest_boot_id"], expected=Expected(pmtest_tree=(1, 1)))
+    assert result["verdict"] == "pass", result["reason"]
 
 
 def test_truncated_report_is_a_lab_error():

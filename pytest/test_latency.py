@@ -219,6 +219,16 @@ def test_a_cycle_over_its_resume_limit_fails_in_phase_latency():
     assert _judged("report-mem.txt.gz", None)["verdict"] == "pass"  # records without limits: not judged
 
 
+def test_limits_are_seconds_against_the_guests_milliseconds():
+    """A limit a little above the measured time passes, a little below it
+    fails: the record's times are ms, the limits seconds."""
+    passed = _judged("report-mem.txt.gz", None)
+    suspend_s, resume_s = passed["suspend_ms"] / 1000, passed["resume_ms"] / 1000
+    assert _judged("report-mem.txt.gz", {"suspend": suspend_s * 1.5, "resume": resume_s * 1.5})["verdict"] == "pass"
+    under = _judged("report-mem.txt.gz", {"suspend": suspend_s * 0.9, "resume": resume_s * 1.5})
+    assert (under["verdict"], under["phase"]) == ("fail", "latency") and under["reason"].startswith("suspend took")
+
+
 def test_limits_parse_and_cross_the_request_json():
     assert limits_from(["suspend=3,resume=1.5"]) == Limits(3.0, 1.5)
     assert limits_from(["resume=2", "suspend=4"]) == Limits(4.0, 2.0)

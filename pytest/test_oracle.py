@@ -100,6 +100,29 @@ def test_extra_resume_is_flagged():
     assert "level" in rules_of(verdict(lines))
 
 
+def test_repeated_legacy_suspend_is_flagged_as_a_level_violation():
+    """A legacy driver's ->suspend is its one level: a second one in the
+    same transition goes no deeper and breaks the level rule itself, not
+    only the resume mirror that follows from it."""
+    lines = pmtest_lines("report-mem.txt.gz")
+    at = index_of(lines, "pmtest_legacy.0", "suspend")
+    lines.insert(at + 1, lines[at])
+    found = [(v.rule, v.device, v.call.callback, v.message) for v in verdict(lines) if v.rule == "level"]
+    assert found == [("level", "pmtest_legacy.0", "suspend", "suspend after level 1")]
+
+
+def test_a_prepare_retried_after_eagain_is_no_failure():
+    """->prepare returning -EAGAIN is retried at once by the PM core: the
+    hibernation still went through, so the image kernel's restore undoes
+    it (a failed freeze would need recover)."""
+    lines = pmtest_lines("report-disk.txt.gz")
+    at = index_of(lines, "pmtest_full.0", "prepare")
+    lines.insert(at, lines[at].replace("ret=0", "ret=-11"))
+    assert verdict(lines, "report-disk.txt.gz") == []
+    lines[at] = lines[at].replace("ret=-11", "ret=-5")  # a real failure: the same calls now break the rules
+    assert "undo" in rules_of(verdict(lines, "report-disk.txt.gz"))
+
+
 def test_resume_of_the_failed_device_is_flagged():
     # pmtest_legacy.6 failed its ->suspend: a ->resume for it breaks the rule
     lines = pmtest_lines("report-mem-fault-suspend.txt.gz")

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+import independent
 from lab.records import (DONE, ERROR, RECORD_VERSION, STARTED, RunDir, append_records, close_interrupted,
-                         failed_callbacks, mark_done, nearest_rank, new_record, pass_rate,
+                         failed_callbacks, mark_done, nearest_rank, new_record, not_as_expected, pass_rate,
                          read_cycles, state_of, summarize, verdict_counts,
                          wilson, write_cycles)
 
@@ -27,6 +28,28 @@ def test_started_line_superseded_by_done(tmp_path):
     assert [r["verdict"] for r in read_cycles(run.cycles_path)] == ["fail"]
     with open(run.cycles_path) as lines:
         assert len(lines.readlines()) == 2  # nothing rewritten
+
+
+def test_a_later_started_line_supersedes_an_earlier_one(tmp_path):
+    """A cycle started again (a resumed run) stands for its newest start
+    until a done line comes."""
+    run = RunDir(str(tmp_path), "r1")
+    run.append(dict(record(1, "started"), host_start="first"))
+    run.append(dict(record(1, "started"), host_start="second"))
+    assert [r["host_start"] for r in read_cycles(run.cycles_path)] == ["second"]
+
+
+def test_a_done_record_without_a_valid_verdict_counts_as_the_labs_error():
+    damaged = {"cycle": 1, "status": "done", "verdict": "bogus"}
+    assert state_of(damaged) == ERROR and state_of({"cycle": 2, "status": "done"}) == ERROR
+    assert verdict_counts([damaged])[ERROR] == 1
+
+
+def test_a_lab_error_settled_by_its_rerun_is_not_held_against_the_run():
+    error = dict(record(3, verdict="error"), phase="lab")
+    rerun = dict(record(4), rerun_of=3)
+    unsettled = dict(record(5, verdict="error"), phase="lab")
+    assert [r["cycle"] for r in not_as_expected([error, rerun, unsettled])] == [5]
 
 
 def test_unfinished_cycle_still_recorded_and_counted(tmp_path):
@@ -194,12 +217,45 @@ def test_injected_cycles_are_counted_but_not_judged():
     hang = dict(record(2, verdict="hang"), expected_verdict="hang")
     rate = pass_rate([record(1), hang, record(3, verdict="fail")])
     assert (rate["passed"], rate["judged"], rate["injected"], rate["rate"]) == (1, 2, 1, 0.5)
-    assert rate["ci95"] == wilson(1, 2) and rate["ci95"][0] < 0.5 < rate["ci95"][1]
+    assert rate["ci95"] == [0.0945, 0.9055]  # 1 of 2: worked by hand in test_wilson_interval_known_values
+
+
+# Wilson score intervals (z = 1.96) from scipy 1.10.1's
+# binomtest(k, n).proportion_ci(0.95, method="wilson"), rounded to 4 places.
+# 1 of 2 by hand: p = 0.5, z^2 = 3.8415, denominator 1 + z^2/2 = 2.9207,
+# centre (0.5 + z^2/4) / 2.9207 = 0.5, half-width
+# z * sqrt(0.25/2 + z^2/16) / 2.9207 = 1.96 * 0.60423 / 2.9207 = 0.40547.
+KNOWN_WILSON = {(1, 2): [0.0945, 0.9055], (19, 20): [0.7639, 0.9911], (8, 10): [0.4902, 0.9433],
+                (0, 10): [0.0, 0.2775], (10, 10): [0.7225, 1.0], (1, 3): [0.0615, 0.7923]}
+
+
+@pytest.mark.parametrize("counts", sorted(KNOWN_WILSON))
+def test_wilson_interval_known_values(counts):
+    assert wilson(*counts) == KNOWN_WILSON[counts]
+
+
+def test_wilson_interval_agrees_with_scipy():
+    for trials in range(1, 41):
+        for successes in range(trials + 1):
+            assert wilson(successes, trials) == independent.wilson(successes, trials), (successes, trials)
+    assert wilson(0, 0) is None
 
 
 def test_nearest_rank_percentile():
     values = list(range(1, 21))
     assert nearest_rank(values, 0.95) == 19 and nearest_rank(values, 0.5) == 10 and nearest_rank([7], 0.99) == 7
+
+
+@pytest.mark.parametrize("size, fraction, rank", [
+    # sizes where fraction * size ends in .5 or below: rounding would pick a lower rank than the definition
+    (12, 0.95, 12),  # 11.4: 11 of 12 is 91.7 %, below 95 %
+    (5, 0.5, 3),     # 2.5: 2 of 5 is 40 %
+    (30, 0.95, 29),  # 28.5: 28 of 30 is 93.3 %
+    (14, 0.9, 13),   # 12.6 rounds up either way
+    (110, 0.99, 109)])  # 108.9
+def test_nearest_rank_is_the_smallest_value_covering_the_fraction(size, fraction, rank):
+    values = [10 * n for n in range(1, size + 1)]
+    assert nearest_rank(values, fraction) == 10 * rank == independent.nearest_rank(values, fraction)
 
 
 def test_failed_callbacks_read_from_fields_and_from_old_reasons():

@@ -89,7 +89,10 @@ def test_bisect_smoke_request_carries_every_option(tmp_path):
 @pytest.mark.parametrize("text, problem", [
     ("{", "not a run request"), ('{"cycles": []}', "not a run request"),
     ('{"cycles": [[1, "sleep", null, []]], "guest": {}, "lava": {}, "artifacts": "a", "results": "r", '
-     '"run_id": "x"}', "unknown mode 'sleep'")])
+     '"run_id": "x"}', "unknown mode 'sleep'"),
+    # a knob is a (name, value) pair: three words were a ValueError traceback, not a refusal
+    ('{"cycles": [[1, "mem", null, [["delay", "x", "extra"]]]], "guest": {}, "lava": {}, "artifacts": "a", '
+     '"results": "r", "run_id": "x"}', "not a run request: ValueError")])
 def test_a_malformed_request_is_refused_naming_the_cause(text, problem):
     with pytest.raises(LabError, match=problem):
         request_mod.RunRequest.from_json(text)

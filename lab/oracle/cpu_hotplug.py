@@ -11,7 +11,11 @@ restore. Suspend-to-idle, and pm_test's earlier levels, take none offline.
 Which CPUs must go comes from the run request (vcpus), never from the guest.
 """
 
+from typing import Any, Optional
+
 from lab import trace
+from lab.modes import Mode
+from lab.trace import Callback, Event, HotplugSpan
 
 from .judge import Violation
 
@@ -19,18 +23,19 @@ RULE = "cpu-hotplug"
 OFFLINE_PM_TEST = ("processors", "core")
 
 
-def takes_cpus_offline(mode):
+def takes_cpus_offline(mode: Mode) -> bool:
     """Whether a cycle of `mode` (lab.modes.Mode) takes the non-boot CPUs offline."""
     if mode.kind == "pm_test":
         return mode.pm_test in OFFLINE_PM_TEST
     return mode.kind in ("mem", "disk")
 
 
-def _bounds(events, callbacks):
+def _bounds(events: list[Event], callbacks: list[Callback]) -> tuple[Optional[float], Optional[float]]:
     """(end of the last noirq suspend callback, start of the first noirq
     resume callback after it) in trace time; the phase markers where the
     phase ran no callback; None where the phase is not in the trace."""
-    suspend_end = resume_start = None
+    suspend_end: Optional[float] = None
+    resume_start: Optional[float] = None
     for ts, action, _, is_begin in trace.markers(events):
         if action == "dpm_suspend_noirq" and not is_begin:
             suspend_end = ts
@@ -46,11 +51,12 @@ def _bounds(events, callbacks):
     return suspend_end, resume_start
 
 
-def _flag(violations, cpu, message):
+def _flag(violations: list[Violation], cpu: int, message: str) -> None:
     violations.append(Violation(RULE, f"cpu{cpu}", f"CPU {cpu} {message}"))
 
 
-def _check_cpu(violations, cpu, spans, suspend_end, resume_start):
+def _check_cpu(violations: list[Violation], cpu: int, spans: list[HotplugSpan], suspend_end: Optional[float],
+               resume_start: Optional[float]) -> None:
     down = next((s for s in spans if s.cpu == cpu and s.action == "CPU_OFF"), None)
     up = next((s for s in spans if s.cpu == cpu and s.action == "CPU_ON" and down and s.begin >= down.begin), None)
     if down is None or down.end is None:
@@ -78,7 +84,8 @@ def _check_cpu(violations, cpu, spans, suspend_end, resume_start):
                                f"callback began at {resume_start:.6f}")
 
 
-def check(mode, events, callbacks, vcpus):
+def check(mode: Mode, events: list[Event], callbacks: list[Callback],
+          vcpus: int) -> tuple[list[Violation], dict[str, Any]]:
     """(violations, observed) of a cycle's trace (lab.trace.parse's events,
     paired_callbacks' callbacks) for a guest of `vcpus` CPUs (the request's).
     observed: {"offline": {cpu: ms offline-going}, "online": {cpu: ms}} as
@@ -86,11 +93,11 @@ def check(mode, events, callbacks, vcpus):
     (it failed before, a pm_test level stopped earlier) is judged only for
     CPUs that went offline where none may."""
     spans = trace.hotplug_spans(events)
-    observed = {"vcpus": vcpus,
+    observed: dict[str, Any] = {"vcpus": vcpus,
                 **{key: {str(s.cpu): round((s.end - s.begin) * 1000, 3) for s in spans
                          if s.action == action and s.end is not None}
                    for key, action in (("offline", "CPU_OFF"), ("online", "CPU_ON"))}}
-    violations = []
+    violations: list[Violation] = []
     if not takes_cpus_offline(mode):
         for span in spans:
             if span.action == "CPU_OFF":

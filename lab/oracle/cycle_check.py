@@ -8,14 +8,17 @@
 """
 
 import dataclasses
+from typing import Any, Iterable, Optional
+
+from lab.trace import Callback
 
 from . import rules
-from .judge import judge
+from .judge import Violation, judge
 from .observe import (bound_drivers, device_name, from_callbacks, from_pmtest, loaded_drivers, pmtest_parents,
-                      split_kernels, tree_from_trace)
+                      split_kernels, tree_from_trace, Call)
 
 
-def with_syscore_failures(trace_calls, pmtest_calls):
+def with_syscore_failures(trace_calls: list[Call], pmtest_calls: list[Call]) -> list[Call]:
     """The trace with the pmtest log's failed syscore_suspend() calls put where
     they happened: syscore_ops are no devices, so the trace does not show them,
     yet a failing one fails the transition (image creation) after every device
@@ -24,7 +27,7 @@ def with_syscore_failures(trace_calls, pmtest_calls):
                                        if c.callback == rules.SYSCORE_SUSPEND and c.ret != 0])
 
 
-def outside_failures(trace_calls, pmtest_calls):
+def outside_failures(trace_calls: list[Call], pmtest_calls: list[Call]) -> list[Call]:
     """The trace's failed suspend-side calls of devices the pmtest log does
     not have (a real driver's, e.g. made to fail by pmtest_kfault), tagged
     "outside": the pmtest log's judge then knows its transition failed (a
@@ -40,7 +43,7 @@ def outside_failures(trace_calls, pmtest_calls):
     return found
 
 
-def with_failures(calls, failures):
+def with_failures(calls: list[Call], failures: list[Call]) -> list[Call]:
     """`calls` with each failure of another source put where it happened:
     before the first resume-side call that follows a suspend-side call of
     its event."""
@@ -57,13 +60,15 @@ def with_failures(calls, failures):
     return calls
 
 
-def judge_cycle(sections, trace_callbacks, console_lines):
+def judge_cycle(sections: dict[str, str], trace_callbacks: list[Callback],
+                console_lines: Optional[Iterable[str]]) -> tuple[list[Violation], dict[str, int]]:
     """(violations, counts) of a cycle from its guest report, parsed once by
     the caller (lab.judge): the report's sections (lab.guest_report.sections;
     {} without a report) and its trace's callbacks (lab.trace.paired_callbacks),
     and the cycle's console lines. counts says how many calls each source
     gave, so a record shows the oracle had something to judge."""
-    violations, counts = [], {}
+    violations: list[Violation] = []
+    counts: dict[str, int] = {}
     trace_calls, parents = from_callbacks(trace_callbacks)
     # The pmtest tree as the kernel reported it; the boot kernel of a
     # restore loaded the module with the same parameters as the image kernel.
@@ -83,7 +88,7 @@ def judge_cycle(sections, trace_callbacks, console_lines):
     return violations, counts
 
 
-def as_record(violations, counts, limit=20):
+def as_record(violations: list[Violation], counts: dict[str, int], limit: int = 20) -> dict[str, Any]:
     """The record fields: the dashboard buckets ordering violations by rule."""
     return {"ordering_checked": counts,
             "ordering_violations": [{"rule": v.rule, "device": v.device, "message": v.message,

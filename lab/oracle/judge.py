@@ -16,9 +16,12 @@ it.
 """
 
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from . import rules
-from .observe import device_name
+from .observe import Call, device_name
+
+Parents = dict[str, str]  # device -> its parent's name
 
 
 @dataclass
@@ -26,33 +29,34 @@ class Violation:
     rule: str
     device: str
     message: str
-    call: object = None
-    context: list = field(default_factory=list)
+    call: Optional[Call] = None
+    context: list[Call] = field(default_factory=list)
 
-    def __str__(self):
+    def __str__(self) -> str:
         lines = [f"{self.rule}: {self.device}: {self.message}"]
         lines += [f"  {'>' if c is self.call else ' '} {c}" for c in self.context]
         return "\n".join(lines)
 
 
-def _context(calls, call, around=3):
+def _context(calls: list[Call], call: Optional[Call], around: int = 3) -> list[Call]:
     if call is None:
         return []
     return calls[max(0, call.index - around):call.index + around + 1]
 
 
-def _is_suspend_side(call):
+def _is_suspend_side(call: Call) -> bool:
     side, level, _ = rules.side_of(call.callback, call.event)
     return side == "suspend" and level >= 1
 
 
-def transitions(calls):
+def transitions(calls: list[Call]) -> list[list[Call]]:
     """Cut calls into transitions.  A transition starts with a suspend-side
     call (usually ->prepare); once it has had a ->complete, the next
     prepare or suspend-side call after its suspend phase starts the next one.
     A ->complete during the prepare phase (a retried ->prepare) does not end
     a transition."""
-    groups, current = [], []
+    groups: list[list[Call]] = []
+    current: list[Call] = []
     completed = suspended = prepare_failed = False
     for call in calls:
         starts = call.callback == "prepare" or _is_suspend_side(call) or (
@@ -75,7 +79,7 @@ def transitions(calls):
     return groups
 
 
-def _level_of(call):
+def _level_of(call: Call) -> tuple[Optional[str], int]:
     """(side, level) for a call, legacy suspend/resume being level 1."""
     if rules.is_legacy(call.driver) and call.callback in ("suspend", "resume"):
         return call.callback, 1
@@ -84,12 +88,13 @@ def _level_of(call):
 
 
 class _Transition:
-    def __init__(self, calls, all_calls, last_in_kernel):
+    def __init__(self, calls: list[Call], all_calls: list[Call], last_in_kernel: bool) -> None:
         self.calls = [c for c in calls if c.callback != "register"]
         self.registers = [c for c in calls if c.callback == "register"]
         self.all_calls = all_calls
         self.last_in_kernel = last_in_kernel
-        self.violations = []
+        self.violations: list[Violation] = []
+        self.depth = 0  # set by judge()
         first = next((c for c in self.calls if c.callback == "prepare" or _is_suspend_side(c)), None)
         self.event = first.event if first else None
         self.failed = any(
@@ -97,11 +102,11 @@ class _Transition:
             (_level_of(c)[0] == "suspend" or c.callback == rules.SYSCORE_SUSPEND) and c.ret != 0
             for c in self.calls)
 
-    def flag(self, rule, call, message):
+    def flag(self, rule: str, call: Optional[Call], message: str) -> None:
         self.violations.append(Violation(rule, call.device if call else "-", message, call,
                                          _context(self.all_calls, call)))
 
-    def judge(self, parents):
+    def judge(self, parents: Parents) -> list[Violation]:
         if self.event is None:
             self._resume_only()
             return self.violations
@@ -109,7 +114,7 @@ class _Transition:
             return self.violations
         undo = (rules.UNDO_AFTER_FAILURE if self.failed else rules.UNDO_AFTER_SUCCESS)[self.event]
         self._events(undo)
-        by_device = {}  # in order of first call; one pass (a trace has ~700 devices)
+        by_device: dict[str, list[Call]] = {}  # in order of first call; one pass (a trace has ~700 devices)
         for call in self.calls:
             by_device.setdefault(call.device, []).append(call)
         registered_during = self._registered_during()
@@ -124,7 +129,7 @@ class _Transition:
         self._order(parents)
         return self.violations
 
-    def _resume_only(self):
+    def _resume_only(self) -> None:
         """Resume-side callbacks with no ->prepare and no suspend-side
         callback before them in this kernel: they undo nothing the record
         shows (a lost suspend side, or a resume the core should not run)."""
@@ -133,17 +138,17 @@ class _Transition:
             self.flag("resume-only", undo, f"{undo.callback} ({undo.event}) in a transition with "
                       f"no ->prepare or suspend-side callback: it undoes nothing")
 
-    def _registered_during(self):
+    def _registered_during(self) -> dict[int, str]:
         """{parent callback call index: child} for `register` records: the
         child was registered inside the callback recorded right after it."""
-        out = {}
+        out: dict[int, str] = {}
         for register in self.registers:
             later = [c for c in self.calls if c.index > register.index]
             if later:
                 out[later[0].index] = register.device
         return out
 
-    def _events(self, undo):
+    def _events(self, undo: set[str]) -> None:
         for call in self.calls:
             side, level = _level_of(call)
             legacy = rules.is_legacy(call.driver) and call.callback == "suspend"
@@ -157,7 +162,7 @@ class _Transition:
                           f"{'failed' if self.failed else 'successful'} {self.event} "
                           f"transition; the rules allow {sorted(undo) or 'nothing'}")
 
-    def _expected_callback(self, call):
+    def _expected_callback(self, call: Call) -> None:
         """Check a known driver got the callback the rules give it (the
         pmtest log names the driver's callback; the trace, the core's)."""
         if call.source != "pmtest" or "callbacks" not in rules.DRIVERS.get(call.driver, {}):
@@ -170,15 +175,17 @@ class _Transition:
                 self.flag("callback", call, f"{call.driver} ran {call.callback} where the core "
                           f"ran {core}: the rules give it {wanted}")
 
-    def _child_not_reprepared(self, call, child):
+    def _child_not_reprepared(self, call: Call, child: str) -> None:
         self.flag("child-prepare", call, f"child {child} was registered during ->prepare, "
                   f"but the device was not completed and prepared again")
 
-    def _device(self, calls, registered_during):
+    def _device(self, calls: list[Call], registered_during: dict[int, str]) -> None:
         prepared = completed = may_prepare_again = False
         retry_child = None  # registered during this device's last ->prepare
         reprepares = 0      # ->complete + ->prepare for a child, bounded
-        reached, resumed, failed_at = [], [], None
+        reached: list[int] = []
+        resumed: list[int] = []
+        failed_at: Optional[int] = None
         suspend_started = False
         legacy = rules.is_legacy(calls[0].driver)
         # Every level of the device is in the record: its pmtest log, or the
@@ -281,7 +288,7 @@ class _Transition:
                 self.last_in_kernel and self.event in rules.MAY_END_SUSPENDED):
             self.flag("mirror", calls[-1], f"legacy resume {resumed} does not mirror {reached}")
 
-    def _rpm_suspended(self, call, driver):
+    def _rpm_suspended(self, call: Call, driver: dict[str, Any]) -> bool:
         """A DPM_FLAG_SMART_SUSPEND device is still runtime-suspended after
         its level 1 callback: the late and noirq levels are skipped, unless
         its provider runtime-resumes every device in this event (then the
@@ -295,7 +302,7 @@ class _Transition:
             return False
         return True
 
-    def _smart_resume(self, call, reached, resumed, smart_skipped):
+    def _smart_resume(self, call: Call, reached: list[int], resumed: list[int], smart_skipped: bool) -> None:
         """The resume levels of a DPM_FLAG_SMART_SUSPEND device, as
         dev_pm_skip_resume() has the core run them (rules.SMART_RESUME_SKIPS).
         A transition that failed may have stopped before the phases of the
@@ -312,7 +319,7 @@ class _Transition:
                       f"{' and skipped ' + str(list(rules.SMART_SUSPEND_SKIPS)) if smart_skipped else ''}"
                       f": the core runs {wanted[0]}")
 
-    def _mirrors(self, driver, reached, resumed):
+    def _mirrors(self, driver: dict[str, Any], reached: list[int], resumed: list[int]) -> bool:
         """The resume levels undo the suspend levels, but for the levels a
         DPM_FLAG_MAY_SKIP_RESUME device may be left in (rules.DRIVERS)."""
         expected = list(reversed(reached))
@@ -324,7 +331,8 @@ class _Transition:
             skippable |= set(driver.get("may_skip", {}).get(event, ()))
         return bool(skippable) and resumed == [level for level in expected if level not in skippable]
 
-    def _all_levels(self, call, driver, reached, direct_complete, smart_skipped=False):
+    def _all_levels(self, call: Call, driver: dict[str, Any], reached: list[int], direct_complete: bool,
+                    smart_skipped: bool = False) -> None:
         """In a transition that went through, a prepared device of a known
         driver reaches every level it has a callback for, as deep as the
         transition went, unless the core completed it directly or skipped
@@ -339,10 +347,10 @@ class _Transition:
             self.flag("missing", call, f"suspend levels {reached} in a {self.event} transition "
                       f"that went through; the driver has {wanted}")
 
-    def _order(self, parents):
+    def _order(self, parents: Parents) -> None:
         """Parents before children in prepare and resume phases, children
         first in suspend phases and ->complete."""
-        phases = {}
+        phases: dict[tuple[str, int], dict[str, Call]] = {}
         for call in self.calls:
             if "retry" in call.tags or call.ret == rules.EAGAIN:
                 continue
@@ -352,7 +360,7 @@ class _Transition:
             phases.setdefault((side, level), {}).setdefault(call.device, call)
         for (side, level), first in phases.items():
             parent_first = rules.PARENT_FIRST[side]
-            by_name = {}
+            by_name: dict[Optional[str], list[str]] = {}
             for device in first:
                 by_name.setdefault(device_name(device), []).append(device)
             for device, call in first.items():
@@ -372,7 +380,7 @@ class _Transition:
                 else:
                     self._overlap(call, parent, other, parent_first)
 
-    def _overlap(self, call, parent, other, parent_first):
+    def _overlap(self, call: Call, parent: str, other: Call, parent_first: bool) -> None:
         """Started in the right order but without waiting: the PM core starts
         a device's callback only once the one it waits for (the parent's in
         resume phases, every child's in suspend phases: dpm_wait, async or
@@ -392,7 +400,7 @@ class _Transition:
                   "to return first")
 
 
-def _same_time_two_cpus(call, other):
+def _same_time_two_cpus(call: Call, other: Call) -> bool:
     """Two trace calls of two CPUs stamped with the same time: an SMP
     guest's trace clock, clamped to a tick under TCG, gives async callbacks
     of both CPUs one time, and their order in the merged trace is then the
@@ -400,11 +408,11 @@ def _same_time_two_cpus(call, other):
     return call.ts is not None and call.ts == other.ts and call.cpu != other.cpu
 
 
-def judge(calls, parents=None):
+def judge(calls: list[Call], parents: Optional[Parents] = None) -> list[Violation]:
     """All violations in one kernel instance's calls, in transition order."""
     parents = parents or {}
     groups = transitions(calls)
-    violations = []
+    violations: list[Violation] = []
     for number, group in enumerate(groups):
         violations += _Transition(group, calls, number == len(groups) - 1).judge(parents)
     return violations

@@ -58,7 +58,7 @@ class Call:
     source: str                # "pmtest" or "trace"
     driver: Optional[str] = None   # a key of rules.DRIVERS when known
     text: str = ""
-    tags: set = field(default_factory=set)
+    tags: set[str] = field(default_factory=set)
     # a trace call's start time and CPU: two CPUs' calls stamped with the
     # same time are in no order the trace can tell (judge._order)
     ts: Optional[float] = None
@@ -66,11 +66,11 @@ class Call:
     # the trace's end time (None with a ts: never returned)
     end: Optional[float] = None
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text or (f"{self.device} {self.callback} event={self.event} ret={self.ret}")
 
 
-def pmtest_driver(device, bound=None):
+def pmtest_driver(device: str, bound: Optional[dict[str, str]] = None) -> Optional[str]:
     """The rules.DRIVERS identity of a pmtest device.  A PCI device is the
     edu device, whose identity is the driver bound to it (`bound`, from
     bound_drivers(): pmtest_edu_pm, pmtest_edu_legacy, or an older
@@ -87,10 +87,10 @@ def pmtest_driver(device, bound=None):
     return None
 
 
-def bound_drivers(trace_calls):
+def bound_drivers(trace_calls: list[Call]) -> dict[str, str]:
     """{PCI device name: driver name} from from_trace()'s calls, whose
     device identities carry the driver the PM core saw bound."""
-    bound = {}
+    bound: dict[str, str] = {}
     for call in trace_calls:
         name, _, driver = call.device.partition(" (")
         if PCI_NAME.match(name) and driver:
@@ -98,7 +98,7 @@ def bound_drivers(trace_calls):
     return bound
 
 
-def loaded_drivers(bound):
+def loaded_drivers(bound: dict[str, str]) -> dict[str, str]:
     """What a kernel that loaded the same pmtest module binds: its default
     edu driver, where `bound` (another kernel's) has the edu device moved to
     pmtest_edu_legacy (the boot kernel of a restore loads the module
@@ -107,10 +107,10 @@ def loaded_drivers(bound):
             for device, driver in bound.items()}
 
 
-def from_pmtest(text, bound=None):
+def from_pmtest(text: Optional[str], bound: Optional[dict[str, str]] = None) -> list[Call]:
     """Calls from pmtest log lines (debugfs, console or trace copies);
     `bound` as for pmtest_driver()."""
-    calls = []
+    calls: list[Call] = []
     for entry in pmtest_log.parse(text):
         calls.append(Call(len(calls), entry["dev"], entry["cb"], entry["event"], entry["ret"],
                           "pmtest", pmtest_driver(entry["dev"], bound),
@@ -119,7 +119,7 @@ def from_pmtest(text, bound=None):
     return calls
 
 
-def pmtest_parents(calls, tree):
+def pmtest_parents(calls: list[Call], tree: dict[str, str]) -> dict[str, str]:
     """Parent of every pmtest device in `calls`: as the kernel reported it
     (`tree`, {device name: parent name}: tree_from_trace() of the same boot's
     trace, whose callback events name each device's parent, so the module's
@@ -127,7 +127,7 @@ def pmtest_parents(calls, tree):
     `child` knob, the device whose callback registered it (its "register"
     record comes right before that callback's own record). A device the
     tree does not name has no parent here: its order is not checked."""
-    parents = {}
+    parents: dict[str, str] = {}
     for position, call in enumerate(calls):
         if call.callback == "register":
             later = [c for c in calls[position + 1:] if c.callback != "register"]
@@ -139,29 +139,30 @@ def pmtest_parents(calls, tree):
     return parents
 
 
-def tree_from_trace(trace_parents):
+def tree_from_trace(trace_parents: dict[str, str]) -> dict[str, str]:
     """{device name: parent name} from from_trace()'s parents (keyed by
     trace identity), for pmtest_parents()."""
     return {device_name(device): parent for device, parent in trace_parents.items()}
 
 
-def device_name(device):
+def device_name(device: str) -> str:
     """The kernel's device name of a Call.device (trace identities carry the
     driver in parentheses: lab.trace.device_id)."""
     return trace_mod.split_device_id(device)[0]
 
 
-def from_trace(text):
+def from_trace(text: str) -> tuple[list[Call], dict[str, str]]:
     """from_callbacks() of a trace's text."""
     return from_callbacks(trace_mod.paired_callbacks(trace_mod.parse(text)))
 
 
-def from_callbacks(paired):
+def from_callbacks(paired: list[trace_mod.Callback]) -> tuple[list[Call], dict[str, str]]:
     """(calls, parents) from the trace's paired callbacks
     (lab.trace.paired_callbacks): every device's callbacks inside the PM
     core's phases, named as the PM core dispatched them, with the parent the
     trace event reports."""
-    calls, parents = [], {}
+    calls: list[Call] = []
+    parents: dict[str, str] = {}
     for traced in paired:
         if traced.phase is None:
             continue
@@ -195,12 +196,14 @@ def from_callbacks(paired):
     return calls, parents
 
 
-def split_kernels(calls):
+def split_kernels(calls: list[Call]) -> list[list[Call]]:
     """Split pmtest records read from a console into one list per kernel
     instance.  Within a kernel the sequence number goes up by one per record;
     a fresh boot restarts it at 1 and a restored image continues from its
     snapshot, so any jump marks another kernel."""
-    segments, current, last = [], [], None
+    segments: list[list[Call]] = []
+    current: list[Call] = []
+    last: Optional[int] = None
     for call in calls:
         found = re.search(r"seq=(\d+)", call.text)
         seq = int(found.group(1)) if found else None

@@ -7,6 +7,8 @@ Levels: 0 is ->prepare/->complete, 1 the main callback, 2 late/early,
 resume-side ones come back down.
 """
 
+from typing import Any, Optional
+
 # The dev_pm_ops member the PM core runs, per PM event and level 1..3.
 CALLBACKS = {
     "suspend": ("suspend", "suspend_late", "suspend_noirq"),
@@ -29,9 +31,9 @@ CALLBACK_LEVEL = {cb: (event, level + 1)
 # after a transition that went through, and after one that failed.  A freeze
 # that went through is undone by thaw once the image is written, or by restore
 # in the image kernel after the image came back.
-UNDO_AFTER_SUCCESS = {"suspend": {"resume"}, "freeze": {"thaw", "restore"},
+UNDO_AFTER_SUCCESS: dict[str, set[str]] = {"suspend": {"resume"}, "freeze": {"thaw", "restore"},
                       "quiesce": set(), "hibernate": {"restore"}}
-UNDO_AFTER_FAILURE = {"suspend": {"resume"}, "freeze": {"recover"},
+UNDO_AFTER_FAILURE: dict[str, set[str]] = {"suspend": {"resume"}, "freeze": {"recover"},
                       "quiesce": {"recover"}, "hibernate": {"restore"}}
 
 # Transitions after which the kernel legitimately stops (jumps to the image, or
@@ -97,7 +99,7 @@ PROVIDERS = {
 # and which provider the core reaches it through.  "legacy" drivers have
 # platform_driver.suspend/.resume and log the event of the pm_message_t they
 # receive.
-DRIVERS = {
+DRIVERS: dict[Optional[str], dict[str, Any]] = {  # a lookup by an unknown (None) driver finds nothing
     "pmtest_full": {"callbacks": SYSTEM_SLEEP_61 | SEED_ADDITIONS, "provider": "bus"},
     "pmtest_compat": {"callbacks": SYSTEM_SLEEP_61, "provider": "bus"},
     # QEMU's edu PCI device (pmtest_edu.c): bound to pmtest_edu_pm
@@ -181,7 +183,7 @@ SMART_RESUME_SKIPS = {"restore": "none", "thaw": "as-suspend", "recover": "as-su
 # these events, SMART_SUSPEND or not (acpi_subsys_freeze(),
 # acpi_subsys_quiesce(): the image must hold active devices), so no device
 # of theirs may be left runtime-suspended there.
-RUNTIME_RESUMES = {"acpi_general_pm_domain": frozenset(("freeze", "quiesce"))}
+RUNTIME_RESUMES: dict[Optional[str], frozenset[str]] = {"acpi_general_pm_domain": frozenset(("freeze", "quiesce"))}
 
 # Drivers whose own dev_pm_ops has a callback at every level, so the trace
 # (which shows only callbacks that exist) shows each of their levels: the
@@ -200,7 +202,7 @@ SYSCORE_RESUME = "syscore_resume"
 PARENT_FIRST = {"prepare": True, "suspend": False, "resume": True, "complete": False}
 
 
-def driver_callback(driver, callback):
+def driver_callback(driver: Optional[str], callback: str) -> Optional[str]:
     """The callback a driver must get when the core runs `callback`: what its
     provider passes on (PROVIDERS), or that one's fallback, or None when the
     driver has neither."""
@@ -214,13 +216,13 @@ def driver_callback(driver, callback):
     return None
 
 
-def driver_levels(driver, event):
+def driver_levels(driver: Optional[str], event: str) -> list[int]:
     """The levels (1..3) at which `driver` has a callback for `event`."""
     return [level for level, callback in enumerate(CALLBACKS[event], start=1)
             if driver_callback(driver, callback)]
 
 
-def smart_resume_levels(driver, undo, suspended, smart_skipped):
+def smart_resume_levels(driver: Optional[str], undo: str, suspended: list[int], smart_skipped: bool) -> list[int]:
     """The resume-side levels (highest first) the core runs for a
     DPM_FLAG_SMART_SUSPEND device of `driver` that reached the suspend
     levels `suspended` (callbacks that ran) and, if `smart_skipped`, had
@@ -242,28 +244,29 @@ def smart_resume_levels(driver, undo, suspended, smart_skipped):
 # PMSG_QUIESCE.  Which one a kernel sends is asserted where it is known:
 # pytest/test_quiesce_layers.py (the live boot kernel) and
 # kernel/audit-legacy-pm.
-LEGACY_MESSAGES = {"quiesce": ("quiesce", "freeze")}
+LEGACY_MESSAGES: dict[Optional[str], tuple[str, ...]] = {"quiesce": ("quiesce", "freeze")}
 
 
-def legacy_messages(event):
+def legacy_messages(event: Optional[str]) -> tuple[Optional[str], ...]:
     """The messages a legacy ->suspend() may be given in an `event` transition."""
     return LEGACY_MESSAGES.get(event, (event,))
 
 
-def is_legacy(driver):
+def is_legacy(driver: Optional[str]) -> bool:
     """A driver with legacy .suspend/.resume (the pm_message_t)."""
     return bool(DRIVERS.get(driver, {}).get("legacy"))
 
 
-def prepare_failed(ret):
+def prepare_failed(ret: int) -> bool:
     """->prepare failed: a negative return but -EAGAIN (retried).  A positive
     one asks for direct_complete."""
     return ret < 0 and ret != EAGAIN
 
 
-def side_of(callback, event):
+def side_of(callback: str, event: str) -> tuple[Optional[str], int, str]:
     """("prepare"|"complete"|"suspend"|"resume", level, event) of a callback
-    name; a legacy "suspend"/"resume" takes the event it was given."""
+    name; a legacy "suspend"/"resume" takes the event it was given; (None, 0,
+    event) for a callback of no side (register, syscore, rpm_suspended)."""
     if callback == "prepare":
         return "prepare", 0, event
     if callback == "complete":
@@ -272,4 +275,4 @@ def side_of(callback, event):
         cb_event, level = CALLBACK_LEVEL[callback]
         side = "suspend" if cb_event in SUSPEND_EVENTS else "resume"
         return side, level, cb_event
-    return None, None, event
+    return None, 0, event
