@@ -65,7 +65,8 @@ MUTANTS = (
            ORACLE_TESTS),
     # lab/judge.py: the verdict
     Mutant("judge-ordering-fails-a-pass", "lab/judge.py",
-           'if violations and result["verdict"] == PASS:', 'if violations and result["verdict"] == ERROR:',
+           'if violations and result["verdict"] == PASS:\n        result.update(verdict=FAIL, phase="ordering"',
+           'if violations and result["verdict"] == ERROR:\n        result.update(verdict=FAIL, phase="ordering"',
            JUDGE_TESTS),
     Mutant("judge-one-suspend-event", "lab/judge.py",
            'if proof["pmsuspend"] != 1 or proof["pmwakeup"] != 1:',
@@ -209,3 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{result:8} {mutant.name:30} {mutant.path} ({time.monotonic() - started:.1f} s)", flush=True)
     print(score_line(results))
     return 1 if any(result == SURVIVED for _, result in results) else 0
+
+
+if __name__ == "__main__":  # ./pmlab mutants is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.mutants", "mutants"))
