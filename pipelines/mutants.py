@@ -209,3 +209,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{result:8} {mutant.name:30} {mutant.path} ({time.monotonic() - started:.1f} s)", flush=True)
     print(score_line(results))
     return 1 if any(result == SURVIVED for _, result in results) else 0
+
+
+if __name__ == "__main__":  # ./pmlab mutants is the command
+    from lab.entry_points import redirect
+    sys.exit(redirect("pipelines.mutants", "mutants"))
