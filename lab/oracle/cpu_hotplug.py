@@ -55,27 +55,34 @@ def _flag(violations: list[Violation], cpu: int, message: str) -> None:
     violations.append(Violation(RULE, f"cpu{cpu}", f"CPU {cpu} {message}"))
 
 
+def _unfinished(span: Optional[HotplugSpan], going: str, marker: str) -> Optional[str]:
+    """Why a CPU did not `going` ("go offline"), or None when its span ended
+    with no hotplug step failing."""
+    if span is None or span.end is None:
+        return f"did not {going} (no {marker} end in the trace)"
+    failed = span.failed_step
+    if failed:
+        return f"did not {going}: hotplug step {failed[1]} returned {trace.errno_text(failed[2])}"
+    return None
+
+
 def _check_cpu(violations: list[Violation], cpu: int, spans: list[HotplugSpan], suspend_end: Optional[float],
                resume_start: Optional[float]) -> None:
     down = next((s for s in spans if s.cpu == cpu and s.action == "CPU_OFF"), None)
     up = next((s for s in spans if s.cpu == cpu and s.action == "CPU_ON" and down and s.begin >= down.begin), None)
-    if down is None or down.end is None:
-        _flag(violations, cpu, "did not go offline (no CPU_OFF end in the trace)")
+    unfinished = _unfinished(down, "go offline", "CPU_OFF")
+    if unfinished:
+        _flag(violations, cpu, unfinished)
         return
-    if down.failed_step:
-        state, step, ret = down.failed_step
-        _flag(violations, cpu, f"did not go offline: hotplug step {step} returned {trace.errno_text(ret)}")
-        return
+    assert down is not None  # _unfinished said so
     if suspend_end is not None and down.begin < suspend_end:
         _flag(violations, cpu, f"went offline at {down.begin:.6f}, before the last noirq suspend callback "
                                f"ended at {suspend_end:.6f}")
-    if up is None or up.end is None:
-        _flag(violations, cpu, "did not come back online (no CPU_ON end in the trace)")
+    unfinished = _unfinished(up, "come back online", "CPU_ON")
+    if unfinished:
+        _flag(violations, cpu, unfinished)
         return
-    if up.failed_step:
-        state, step, ret = up.failed_step
-        _flag(violations, cpu, f"did not come back online: hotplug step {step} returned {trace.errno_text(ret)}")
-        return
+    assert up is not None and up.end is not None
     left = max((step for _, step, _ in down.steps), default=None)  # the state it was online in
     if left is not None and up.steps and up.steps[-1][0] < left:
         _flag(violations, cpu, f"came back only to hotplug state {up.steps[-1][0]} of {left}")
