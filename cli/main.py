@@ -119,7 +119,7 @@ root); pytest/test_kernel.py checks the patch series (checkpatch, apply).
                   examples (--fuzz-share 25; the full run: all of them) and
                   its temporary files in /dev/shm (unless TMPDIR is set).
                   ./pmlab test --fast installs, builds and checks nothing
-                  first and needs no root: 1,140 tests on 2026-12-07, ~80 s
+                  first and needs no root: 1,140 tests on 2026-12-07, 85 s
                   on 2 idle cores (1,030 took 72 s).
   --results DIR   results root of the guest tests' run and of junit.xml
                   (pytest's own name for it is --lab-results)
