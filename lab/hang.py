@@ -23,7 +23,7 @@ stuck CPU's stack and the trace buffer; both are read the same way.
 
 import re
 
-from lab import console, records, trace
+from lab import console, devices, records, trace
 from lab.oracle import from_callbacks, judge as judge_order
 
 FTRACE_BEGIN = "Dumping ftrace buffer:"
@@ -112,28 +112,36 @@ def stuck_call(events):
     return min(leaves, key=lambda call: call.ts) if leaves else None
 
 
-def task_stacks(lines, modules=None):
-    """[[frame function, ...] innermost first] of each task in sysrq w/t
-    output; frames whose offset is the function's size are left out (a
-    stale word on the stack, the guess unwinder's, no return address).
-    modules: a dict to fill with {function: its module} ("[nvme]")."""
-    stacks = []
+def _tasks(lines):
+    """(header line, [(function, module or None), ...] innermost first) of
+    each task in sysrq w/t output; frames whose offset is the function's
+    size are left out (a stale word on the stack, the guess unwinder's, no
+    return address)."""
+    tasks = []
     for line in lines:
         text = console.strip_timestamp(line)
         if TASK.search(text):
-            stacks.append([])
+            tasks.append((text, []))
             continue
         match = FRAME.match(text)
-        if match and stacks and match["offset"] != match["size"]:
-            stacks[-1].append(match["function"])
-            if modules is not None and match["module"]:
-                modules[match["function"]] = match["module"]
+        if match and tasks and match["offset"] != match["size"]:
+            tasks[-1][1].append((match["function"], match["module"]))
+    return tasks
+
+
+def task_stacks(lines, modules=None):
+    """[[frame function, ...] innermost first] of each task in sysrq w/t
+    output (_tasks()). modules: a dict to fill with {function: its module}
+    ("[nvme]")."""
+    stacks = []
+    for _, frames in _tasks(lines):
+        stacks.append([function for function, _ in frames])
+        if modules is not None:
+            modules.update((function, module) for function, module in frames if module)
     return stacks
 
 
 PROBE_MARK = re.compile(r"^pmlab-probe (?P<device>\S+) (?P<edge>begin|end)$")
-# The phase a hang in a probe is charged to: the device check, not the resume.
-PROBE_PHASE = "device-check"
 
 
 def open_probe(events):
@@ -160,19 +168,15 @@ def blocked_in(lines):
     """(task, function, module) of the first blocked task (state D) whose
     stack, outside the kernel's own waiting, has a module's frame: the
     driver a hang outside any callback is stuck in. None: no such task."""
-    current, seen = None, set()
-    for line in lines:
-        text = console.strip_timestamp(line)
-        task = BLOCKED_TASK.search(text)
-        if task or TASK.search(text):
-            current = task["task"] if task and task["pid"] not in seen else None
-            if task:
-                seen.add(task["pid"])
+    seen = set()  # sysrq w lists a blocked task, then sysrq t again
+    for header, frames in _tasks(lines):
+        task = BLOCKED_TASK.search(header)
+        if not task or task["pid"] in seen:
             continue
-        match = FRAME.match(text)
-        if current and match and match["module"] and match["offset"] != match["size"] \
-                and not GENERIC.match(match["function"]):
-            return current, match["function"], match["module"]
+        seen.add(task["pid"])
+        for function, module in frames:
+            if module and not GENERIC.match(function):
+                return task["task"], function, module
     return None
 
 
@@ -246,7 +250,7 @@ def stuck_probe(lines, events):
 def phase(watched, stuck):
     """The hang's phase: the host watchdog's, or the device check when the
     dump shows a probe that never ended (every callback had returned)."""
-    return PROBE_PHASE if stuck and stuck.get("probe") else watched
+    return devices.PHASE if stuck and stuck.get("probe") else watched
 
 
 def named(stuck):

@@ -11,8 +11,8 @@ know are checked for the callback the rules say they get (fallbacks, legacy
 messages), and parents and children are checked for their order in every
 phase: the order of their starts, and, with the trace's times, that the one
 the core waits for had returned when the other started (async suspend makes
-the starts alone look right when a parent did not wait).  The first violation names the rule, the device and the calls around
-it.
+the starts alone look right when a parent did not wait).  The first
+violation names the rule, the device and the calls around it.
 """
 
 from dataclasses import dataclass, field
